@@ -1,0 +1,94 @@
+"""Candidate items: the unit the compiler selects, compresses, drops and renders.
+
+An item is one piece of context that may or may not reach the model: a task
+line, an evidence summary, a memory hit, or one conversation turn group. The
+compiler never inspects ADK objects; structured content is carried as the
+JSON form of ``google.genai.types.Part`` dicts.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Layer(str, Enum):
+  """The pack's layers, in their fixed, cache-friendly order."""
+
+  SYSTEM = "system"
+  TASK = "task"
+  TOOLS = "tools"
+  EVIDENCE = "evidence"
+  MEMORY = "memory"
+  CONVERSATION = "conversation"
+
+
+LAYER_ORDER: tuple[Layer, ...] = tuple(Layer)
+FIXED_LAYERS: tuple[Layer, ...] = (Layer.SYSTEM, Layer.TASK, Layer.TOOLS)
+ELASTIC_LAYERS: tuple[Layer, ...] = (Layer.EVIDENCE, Layer.MEMORY, Layer.CONVERSATION)
+UNTRUSTED_LAYERS: tuple[Layer, ...] = (Layer.EVIDENCE, Layer.MEMORY)
+
+
+class Trust(str, Enum):
+  """Who vouches for an item; tool and user content is fenced as data."""
+
+  SYSTEM = "system"
+  DEVELOPER = "developer"
+  USER = "user"
+  TOOL = "tool"
+
+
+class Provenance(BaseModel):
+  """Where an item came from, so a dropped item can be found again."""
+
+  model_config = ConfigDict(frozen=True, extra="forbid")
+
+  source: Optional[str] = None
+  """A URI (``artifact://…``, ``memory://…``) or an ADK event id."""
+  timestamp: Optional[float] = None
+  """Seconds since the epoch, when known."""
+  author: Optional[str] = None
+
+
+class Item(BaseModel):
+  """One candidate for the pack.
+
+  ``text`` holds the renderable text; ``parts`` holds structured content
+  (genai ``Part`` JSON dicts) for conversation turns. ``tokens`` is filled in
+  by the compiler with the real tokenizer when left ``None``.
+  """
+
+  model_config = ConfigDict(extra="forbid")
+
+  id: str = Field(min_length=1)
+  layer: Layer
+  text: str = ""
+  parts: Optional[list[dict[str, Any]]] = None
+  role: Optional[str] = None
+  """For conversation items: the genai role (``user`` or ``model``)."""
+  tokens: Optional[int] = Field(default=None, ge=0)
+  priority: int = 0
+  """Higher first; ties are broken by score, then by input order."""
+  score: float = 0.0
+  provenance: Provenance = Field(default_factory=Provenance)
+  trust: Trust = Trust.TOOL
+  pinned: bool = False
+  """A pinned item is never compressed or dropped (pending calls, confirmations)."""
+  kind: str = ""
+  """A layer-specific role, e.g. ``goal``, ``step``, ``acceptance``, ``constraint``,
+  ``tool``, ``checklist_evidence``, ``working``, ``summary``."""
+  meta: dict[str, Any] = Field(default_factory=dict)
+  """Small JSON-able extras recorded in the manifest (score components, etc.)."""
+
+  @field_validator("score")
+  @classmethod
+  def _finite_score(cls, value: float) -> float:
+    if value != value or value in (float("inf"), float("-inf")):
+      raise ValueError("score must be a finite number")
+    return value
+
+  def pointer(self) -> str:
+    """What a dropped item leaves behind so it can be rehydrated."""
+    return self.provenance.source or self.id

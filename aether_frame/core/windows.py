@@ -1,0 +1,72 @@
+"""Context windows of common models, with user overrides.
+
+Lookup is by exact name, then by the longest registered prefix, so dated or
+suffixed variants (``gemini-2.5-flash-001``) resolve without a new entry.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+DEFAULT_WINDOWS: dict[str, int] = {
+    # Gemini
+    "gemini-3-pro": 1_048_576,
+    "gemini-3-flash": 1_048_576,
+    "gemini-2.5-pro": 1_048_576,
+    "gemini-2.5-flash": 1_048_576,
+    "gemini-2.5-flash-lite": 1_048_576,
+    "gemini-2.0-flash": 1_048_576,
+    "gemini-2.0-flash-lite": 1_048_576,
+    "gemini-1.5-pro": 2_097_152,
+    "gemini-1.5-flash": 1_048_576,
+    # Claude
+    "claude-opus-4": 200_000,
+    "claude-sonnet-4": 200_000,
+    "claude-3-7-sonnet": 200_000,
+    "claude-3-5-sonnet": 200_000,
+    "claude-3-5-haiku": 200_000,
+    "claude-haiku-4": 200_000,
+    # OpenAI
+    "gpt-5": 400_000,
+    "gpt-4.1": 1_047_576,
+    "gpt-4o": 128_000,
+    "gpt-4o-mini": 128_000,
+    "o3": 200_000,
+    "o4-mini": 200_000,
+    # Mistral
+    "mistral-large": 128_000,
+    "mistral-medium": 128_000,
+    "mistral-small": 32_000,
+    "codestral": 256_000,
+    "open-mistral-nemo": 128_000,
+}
+
+
+class UnknownModelWindow(LookupError):
+  """No window is known for a model; pass ``window=`` or register it."""
+
+
+class ModelWindows:
+  """Resolves a model name to its context window in tokens."""
+
+  def __init__(self, overrides: Optional[Mapping[str, int]] = None):
+    table = dict(DEFAULT_WINDOWS)
+    for name, size in (overrides or {}).items():
+      if not isinstance(size, int) or size <= 0:
+        raise ValueError(f"window for model {name!r} must be a positive int, got {size!r}")
+      table[name] = size
+    self._table = table
+
+  def lookup(self, model: Optional[str]) -> int:
+    if not model:
+      raise UnknownModelWindow("request has no model name; set window= explicitly")
+    name = model.rsplit("/", 1)[-1].lower()
+    if name in self._table:
+      return self._table[name]
+    best = max((k for k in self._table if name.startswith(k)), key=len, default=None)
+    if best is None:
+      raise UnknownModelWindow(
+          f"no context window known for model {model!r}; pass window= or"
+          " window_overrides={...} to the plugin"
+      )
+    return self._table[best]

@@ -1,0 +1,1 @@
+"""Retrieval: lexical + vector hybrid ranking for the EVIDENCE and MEMORY layers."""

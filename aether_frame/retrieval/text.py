@@ -1,0 +1,37 @@
+"""Shared text normalisation for every lexical index (in-process and Redis).
+
+One tokenizer for all indexes means a query matches the same terms wherever
+the index lives.
+"""
+
+from __future__ import annotations
+
+import re
+
+_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+
+STOPWORDS = frozenset(
+    """a an and are as at be but by did do does for from had has have he her him his
+    how i if in into is it its me my of on or our she so that the their them they
+    this to was we were what when where which who why will with you your""".split()
+)
+
+
+def _stem(word: str) -> str:
+  """A tiny deterministic suffix stripper: enough to match plural and -ing forms."""
+  for suffix in ("ingly", "ing", "edly", "ed", "ies", "es", "s"):
+    if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+      if suffix == "ies":
+        return word[: -3] + "y"
+      return word[: -len(suffix)]
+  return word
+
+
+def tokenize(text: str) -> list[str]:
+  """Lower-cased, stop-word-free, lightly stemmed terms, in order."""
+  out = []
+  for match in _WORD.findall(text.lower()):
+    word = match.split("'", 1)[0]
+    if word and word not in STOPWORDS:
+      out.append(_stem(word))
+  return out

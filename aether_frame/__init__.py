@@ -1,1 +1,31 @@
-"""aether-frame."""
+"""aether-frame: the context compiler for Google ADK.
+
+``App(..., plugins=[ContextPackPlugin()])`` turns every model call into a
+token-budgeted, deterministic, cache-stable Context Pack with a replayable
+``manifest.json`` in the app's ArtifactService.
+"""
+
+from __future__ import annotations
+
+from .core.allocator import ContextBudgetExhausted
+from .core.compiler import CallInputs, CompiledPack, CompileInput, CompilerSession, compile_pack
+from .core.items import Item, Layer, Provenance, Trust
+from .core.policy import Floors, OverflowPolicy, PackPolicy, Signals, TaskProfile, ToolScoping
+from .core.windows import ModelWindows, UnknownModelWindow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CallInputs", "CompileInput", "CompiledPack", "CompilerSession", "ContextBudgetExhausted",
+    "ContextPackPlugin", "Floors", "Item", "Layer", "ModelWindows", "OverflowPolicy", "PackPolicy",
+    "Provenance", "Signals", "TaskProfile", "ToolScoping", "Trust", "UnknownModelWindow",
+    "compile_pack", "context_pack_callbacks", "make_before_model_callback",
+]
+
+
+def __getattr__(name: str):
+  # The ADK glue is imported lazily so the pure core stays importable alone.
+  if name in ("ContextPackPlugin", "context_pack_callbacks", "make_before_model_callback"):
+    from .adk import plugin
+    return getattr(plugin, name)
+  raise AttributeError(f"module 'aether_frame' has no attribute {name!r}")

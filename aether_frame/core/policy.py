@@ -103,6 +103,8 @@ class PackPolicy(BaseModel):
   quantum: int = Field(default=64, ge=1)
   """Water-filling quantum in tokens (seed 001 §6.4.4)."""
   memory_top_k: int = Field(default=8, ge=0)
+  recall_top_k: int = Field(default=16, ge=0)
+  """Older turns (outside the tail) offered to MEMORY as recall candidates."""
   recent_turns: int = Field(default=4, ge=0)
   """Conversation groups the select stage treats as essential."""
   trim_low_water: float = Field(default=0.6, gt=0.0, le=1.0)

@@ -49,3 +49,47 @@ def rank_layer(
       raise ValueError(f"ranker changed the set of {layer.value} items; rankers must not drop or add items")
     scored = [by_id[it.id] for it in scored]
   return [it for _, it in sorted(enumerate(scored), key=sort_key)]
+
+
+class HistoryIndex(Protocol):
+  """An incremental index over a session's conversation groups, for recall.
+
+  The compiler appends groups as they arrive and asks for the best ``k``
+  positions for a query; an efficient index makes warm compiles independent
+  of history length.
+  """
+
+  def add(self, items: Sequence[Item]) -> None: ...
+
+  def truncate(self, n: int) -> None: ...
+
+  def search(self, query: str, *, k: int, now: Optional[float]) -> list[tuple[int, float, dict]]:
+    """Best first: (position, score, explain components)."""
+    ...
+
+
+class ScanHistoryIndex:
+  """Adapts any ``Ranker`` into a ``HistoryIndex`` by ranking every group.
+
+  O(history) per search: correct for any ranker, the fallback when the
+  ranker offers no index of its own.
+  """
+
+  def __init__(self, ranker: Ranker):
+    self._ranker = ranker
+    self._items: list[Item] = []
+
+  def add(self, items: Sequence[Item]) -> None:
+    self._items.extend(items)
+
+  def truncate(self, n: int) -> None:
+    del self._items[n:]
+
+  def search(self, query: str, *, k: int, now: Optional[float]) -> list[tuple[int, float, dict]]:
+    if k <= 0 or not self._items:
+      return []
+    pos = {it.id: i for i, it in enumerate(self._items)}
+    probes = [it.model_copy(update={"layer": Layer.MEMORY, "pinned": False}) for it in self._items]
+    ranked = self._ranker.rank(query, probes, layer=Layer.MEMORY, now=now)
+    ranked = sorted(ranked, key=lambda it: (-it.score, pos[it.id]))
+    return [(pos[it.id], it.score, dict(it.meta.get("explain", {}))) for it in ranked[:k] if it.score > 0]

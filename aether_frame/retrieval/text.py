@@ -35,3 +35,18 @@ def tokenize(text: str) -> list[str]:
     if word and word not in STOPWORDS:
       out.append(_stem(word))
   return out
+
+
+def content_hash(text: str) -> str:
+  """A short stable digest of ``text``: index and vector-cache keys survive edits by id."""
+  import hashlib
+
+  return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+
+
+def unique_terms(text: str) -> list[str]:
+  """``tokenize(text)`` without repeats, first occurrence first (a query's term set, ordered)."""
+  seen: dict[str, None] = {}
+  for term in tokenize(text):
+    seen.setdefault(term, None)
+  return list(seen)

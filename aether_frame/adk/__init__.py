@@ -1,0 +1,1 @@
+"""The thin ADK glue: sources → compiler → request rewrite → manifest."""

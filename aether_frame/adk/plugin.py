@@ -1,0 +1,375 @@
+"""``ContextPackPlugin``: every model call of an ADK app goes out as a Context Pack.
+
+One line on the app: ``App(..., plugins=[ContextPackPlugin()])``. The plugin
+compiles the request in ``before_model_callback``, rewrites it in place,
+stores a ``manifest.json`` through the app's ArtifactService, and learns the
+real tokenizer ratio in ``after_model_callback``.
+
+It fails open: ADK turns a plugin exception into a ``RuntimeError`` that
+aborts the user's run, so any internal fault sends the request unmodified,
+logs once, and is recorded. Configuration errors fail at construction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping, Optional
+
+from google.genai import types
+from opentelemetry import trace
+from pydantic import ValidationError
+
+from ..calibration import Calibrator
+from ..core.compiler import CallInputs, CompiledPack, CompilerSession
+from ..core.costing import TokenCounter
+from ..core.items import Item, Layer, Trust
+from ..core.policy import PackPolicy, ToolScoping
+from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
+from ..core.render import INTERPRETATION_CONTRACT
+from ..core.windows import ModelWindows
+from ..tokenizers import get_counter
+from . import sources
+from .guard import check_request, count_request
+from .manifest_store import MANIFEST_FILENAME, ManifestWriter
+from .state_schema import (
+    KNOWLEDGE_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, PLAN_KEY, TAIL_KEY_PREFIX, TOOLS_KEY,
+    KnowledgeState, PlanState, ToolsState,
+)
+from .tool_scope import scope_tools
+
+try:  # ADK types are only needed at runtime for isinstance-free duck typing.
+  from google.adk.plugins.base_plugin import BasePlugin
+except ImportError as e:  # pragma: no cover - ADK is a hard dependency
+  raise ImportError("aether_frame.adk needs google-adk installed") from e
+
+logger = logging.getLogger("aether_frame." + __name__)
+_tracer = trace.get_tracer("aether_frame")
+
+_MAX_SESSIONS = 256
+
+
+@dataclass
+class _SessionCache:
+  """Per (session, agent) compiler state, so warm calls are incremental."""
+
+  compiler: CompilerSession
+  fps: list[str] = field(default_factory=list)
+  spans: list[tuple[int, int]] = field(default_factory=list)
+  events: sources.EventIndex = field(default_factory=sources.EventIndex)
+  tail_hint: Optional[str] = None
+  last_estimate: Optional[int] = None
+  model: Optional[str] = None
+
+
+class ContextPackPlugin(BasePlugin):
+  """Compiles every LlmRequest into a token-budgeted, deterministic Context Pack."""
+
+  def __init__(
+      self,
+      *,
+      policy: Optional[PackPolicy] = None,
+      agent_policies: Optional[Mapping[str, PackPolicy]] = None,
+      window: Optional[int] = None,
+      window_overrides: Optional[Mapping[str, int]] = None,
+      encoding: str = "o200k_base",
+      counter: Optional[TokenCounter] = None,
+      ranker: Optional[Ranker] = None,
+      history_index_factory: Optional[Callable[[], HistoryIndex]] = None,
+      working_memory: Any = None,
+      manifest_writer: Optional[ManifestWriter] = None,
+      include_artifacts: bool = True,
+      name: str = "aether_frame_context_pack",
+      _fault_injector: Optional[Callable[[], None]] = None,
+  ):
+    super().__init__(name)
+    if policy is not None and not isinstance(policy, PackPolicy):
+      raise TypeError(f"policy must be a PackPolicy, got {type(policy).__name__}")
+    for agent, pol in (agent_policies or {}).items():
+      if not isinstance(pol, PackPolicy):
+        raise TypeError(f"agent_policies[{agent!r}] must be a PackPolicy, got {type(pol).__name__}")
+    if window is not None and (not isinstance(window, int) or window <= 0):
+      raise ValueError(f"window must be a positive int, got {window!r}")
+    self.policy = policy or PackPolicy()
+    self.agent_policies = dict(agent_policies or {})
+    self.window = window
+    self.windows = ModelWindows(window_overrides)
+    self.counter = counter or get_counter(encoding)
+    if ranker is None:
+      from ..retrieval import default_ranker  # local: retrieval is optional weight
+      ranker = default_ranker()
+    self.ranker = ranker
+    self._index_factory = history_index_factory or self._default_index_factory
+    self.working_memory = working_memory
+    self.manifests = manifest_writer or ManifestWriter()
+    self.include_artifacts = include_artifacts
+    self.calibrator = Calibrator()
+    self.faults = 0
+    self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
+    self._logged: set[str] = set()
+    self._fault_injector = _fault_injector
+
+  def _default_index_factory(self) -> HistoryIndex:
+    make = getattr(self.ranker, "new_history_index", None)
+    return make() if callable(make) else ScanHistoryIndex(self.ranker)
+
+  # ----------------------------------------------------------------- callbacks
+  async def before_model_callback(self, *, callback_context, llm_request):
+    started = time.perf_counter()
+    try:
+      await self._compile_into(callback_context, llm_request, started)
+    except Exception as e:  # fail-open: never abort the user's run
+      self._record_fault(callback_context, e)
+    return None
+
+  async def after_model_callback(self, *, callback_context, llm_response):
+    try:
+      usage = getattr(llm_response, "usage_metadata", None)
+      actual = getattr(usage, "prompt_token_count", None) if usage else None
+      cache = self._sessions.get(self._key(callback_context))
+      if cache and cache.last_estimate and actual:
+        self.calibrator.observe(cache.model or "", cache.last_estimate, actual)
+        cache.last_estimate = None
+    except Exception as e:
+      self._record_fault(callback_context, e)
+    return None
+
+  # ------------------------------------------------------------------ compile
+  def _key(self, ctx) -> tuple:
+    s = ctx.session
+    return (s.app_name, s.user_id, s.id, ctx.agent_name)
+
+  def _cache_for(self, ctx, policy: PackPolicy) -> _SessionCache:
+    key = self._key(ctx)
+    cache = self._sessions.get(key)
+    if cache is None or cache.compiler.policy is not policy:
+      cache = _SessionCache(CompilerSession(policy, self.counter, ranker=self.ranker, history_index=self._index_factory()))
+      self._sessions[key] = cache
+      while len(self._sessions) > _MAX_SESSIONS:
+        self._sessions.popitem(last=False)
+    self._sessions.move_to_end(key)
+    return cache
+
+  def _sync_history(self, cache: _SessionCache, history: list[types.Content]) -> None:
+    """Append-only sync of the prior conversation; rebuilds if history was rewritten."""
+    known = cache.fps
+    n = len(known)
+    grew = (
+        n > 0 and len(history) >= n
+        and sources.fingerprint(history[n - 1]) == known[-1]
+        and sources.fingerprint(history[0]) == known[0]
+    )
+    if not grew:
+      cache.compiler.reset_history()
+      cache.fps, cache.spans = [], []
+      n = 0
+    new_fps = [sources.fingerprint(c) for c in history[n:]]
+    if n and not new_fps:
+      return
+    fps = cache.fps + new_fps
+    # Re-group from the start of the last group: new contents may answer its calls.
+    restart = cache.spans[-1][0] if cache.spans else 0
+    keep_groups = len(cache.spans) - 1 if cache.spans else 0
+    cache.compiler.truncate_history(keep_groups)
+    spans = [(s + restart, e + restart) for s, e in sources.group_spans(history[restart:])]
+    answered = sources.answered_ids(history[restart:])
+    items = [
+        sources.group_item(history, span, self.counter, cache.events.by_fp.get(fps[span[0]]), answered, fps)
+        for span in spans
+    ]
+    cache.compiler.extend_history(items)
+    cache.spans = cache.spans[:keep_groups] + spans
+    cache.fps = fps
+
+  async def _compile_into(self, ctx, llm_request, started: float) -> None:
+    if self._fault_injector is not None:
+      self._fault_injector()
+    agent = ctx.agent_name
+    policy = self.agent_policies.get(agent, self.policy)
+    contents = list(llm_request.contents or [])
+    anchor = sources.anchor_index(contents)
+    if anchor is None:
+      self._log_once("no-user-turn", logging.INFO, "request has no user turn; sent unmodified")
+      return
+    window = self.window or self.windows.lookup(llm_request.model)
+    cache = self._cache_for(ctx, policy)
+    cache.events.update(ctx.session.events)
+    self._sync_history(cache, contents[:anchor])
+    state = ctx.state
+
+    plan = _validated(PlanState, state.get(PLAN_KEY), PLAN_KEY)
+    knowledge = _validated(KnowledgeState, {"items": state.get(KNOWLEDGE_KEY)}, KNOWLEDGE_KEY).items if state.get(KNOWLEDGE_KEY) else []
+    step_tools = _validated(ToolsState, {"names": state.get(TOOLS_KEY)}, TOOLS_KEY).names if state.get(TOOLS_KEY) is not None else None
+
+    user = contents[anchor]
+    user_text = "\n".join(p.text for p in user.parts or () if p.text and not p.thought)
+    non_text = [p for p in user.parts or () if not p.text]
+    items: list[Item] = []
+    sys_text = sources.system_text(llm_request.config)
+    new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
+    items.append(Item(id="system:instruction", layer=Layer.SYSTEM, text=new_system, trust=Trust.SYSTEM, pinned=True))
+    items.extend(sources.plan_items(plan))
+    items.append(Item(
+        id="task:user_request", layer=Layer.TASK, kind="user_request", text=user_text, trust=Trust.USER,
+        pinned=True, parts=[sources.part_dict(p) for p in non_text] or None,
+    ))
+    scoped = scope_tools(llm_request, step_tools, policy.tool_scoping)
+    items.extend(sources.tool_items(scoped.declarations))
+    evidence = sources.knowledge_items(knowledge)
+    items.extend(evidence)
+    if self.include_artifacts and ctx._invocation_context.artifact_service is not None:
+      keys = await ctx.list_artifacts()
+      items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, {MANIFEST_FILENAME}))
+    if ctx._invocation_context.memory_service is not None and user_text.strip():
+      found = await ctx.search_memory(user_text)
+      items.extend(sources.memory_items(found.memories))
+    if self.working_memory is not None:
+      s = ctx.session
+      notes = await self.working_memory.list_notes(s.app_name, s.user_id, s.id, plan.step_id if plan else None)
+      items.extend(sources.memory_items(notes, kind="working"))
+    items = _dedupe_ids(items)
+
+    inflight_contents = contents[anchor + 1:]
+    inflight_fps = [sources.fingerprint(c) for c in inflight_contents]
+    answered = sources.answered_ids(inflight_contents)
+    inflight = []
+    for s, e in sources.group_spans(inflight_contents):
+      it = sources.group_item(inflight_contents, (s, e), self.counter, None, answered, inflight_fps)
+      inflight.append(it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"}))
+
+    model = llm_request.model or ""
+    scale = self.calibrator.scale(model, policy.calibration_margin)
+    max_out = llm_request.config.max_output_tokens if llm_request.config else None
+    hint = cache.tail_hint or state.get(TAIL_KEY_PREFIX + agent)
+    call = CallInputs(
+        items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint,
+        token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
+        meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model},
+    )
+    with _tracer.start_as_current_span("aether_frame.compile") as span:
+      pack = cache.compiler.compile(call)
+      for name, layer in pack.manifest["layers"].items():
+        span.set_attribute(f"aether_frame.{name}.used", layer["used"])
+        span.set_attribute(f"aether_frame.{name}.budget", layer["budget"])
+      span.set_attribute("aether_frame.pack_id", pack.manifest["pack_id"])
+
+    # REWRITE: build everything first, assign last, so a fault leaves the request untouched.
+    history = contents[:anchor]
+    by_id = {g.id: g for g in cache.compiler.history}
+    kept: list[types.Content] = []
+    for gid in pack.conversation_ids:
+      s, e = by_id[gid].meta["span"]
+      kept.extend(history[s:e])
+    payload_msg = types.Content(role="user", parts=[types.Part(text=pack.payload), *non_text])
+    new_contents = kept + [payload_msg] + inflight_contents
+    new_config = llm_request.config.model_copy(deep=False)
+    new_config.system_instruction = new_system
+    new_config = scoped.apply_config(new_config)
+
+    guard = check_request(new_contents, new_config, self.counter, usable=pack.manifest["usable"])
+    fallback = None
+    if not guard.ok:
+      fallback = guard.problems
+      new_contents = [payload_msg] + inflight_contents
+      self._log_once("guard:" + guard.problems[0], logging.WARNING,
+                     "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
+    estimate = count_request(new_contents, new_config, self.counter)
+
+    llm_request.contents = new_contents
+    llm_request.config = new_config
+    scoped.apply_tools_dict(llm_request)
+    cache.tail_hint = pack.tail_start_id
+    cache.model = model
+    cache.last_estimate = estimate
+    state[TAIL_KEY_PREFIX + agent] = pack.tail_start_id
+    if not pack.valid:
+      self._log_once("invalid:" + ";".join(pack.problems), logging.WARNING,
+                     "context pack for agent %s is invalid: %s", agent, pack.problems)
+
+    runtime = {
+        "compile_ms": round((time.perf_counter() - started) * 1000, 3),
+        "request_tokens_estimate": estimate,
+        "guard": {"ok": guard.ok, "problems": guard.problems, "fallback": bool(fallback)},
+        "calibration": self.calibrator.snapshot(model),
+        "tool_scoping": scoped.describe(),
+    }
+    version = await self.manifests.write(ctx, pack.manifest, runtime, compile_input=self._replay_input(cache, call))
+    state[LAST_PACK_KEY] = {
+        "pack_id": pack.manifest["pack_id"], "version": version, "tokens": estimate,
+        "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
+    }
+
+  def _replay_input(self, cache: _SessionCache, call: CallInputs):
+    """The replayable input, built lazily by writers that store it."""
+    def build():
+      from ..core.compiler import CompileInput
+      return CompileInput(policy=cache.compiler.policy, history=list(cache.compiler.history), call=call)
+    return build
+
+  # ------------------------------------------------------------------- faults
+  def _record_fault(self, ctx, error: Exception) -> None:
+    self.faults += 1
+    self._log_once(f"fault:{type(error).__name__}:{error}", logging.ERROR,
+                   "aether-frame fault; request sent unmodified: %r", error, exc_info=error)
+    try:
+      ctx.state[LAST_FAULT_KEY] = {"error": type(error).__name__, "message": str(error)[:500], "count": self.faults}
+    except Exception:  # the state itself may be what failed
+      pass
+
+  def _log_once(self, key: str, level: int, msg: str, *args, exc_info=None) -> None:
+    if key in self._logged:
+      return
+    if len(self._logged) < 1000:
+      self._logged.add(key)
+    logger.log(level, msg, *args, exc_info=exc_info)
+
+
+def _validated(model, value, key: str):
+  if value is None:
+    return None
+  try:
+    return model.model_validate(value)
+  except ValidationError as e:
+    raise ValueError(f"session state[{key!r}] is invalid: {e}") from e
+
+
+def _dedupe_ids(items: list[Item]) -> list[Item]:
+  """Memory services may return the same entry twice; keep the first."""
+  seen: set[str] = set()
+  out = []
+  for it in items:
+    if it.id not in seen:
+      seen.add(it.id)
+      out.append(it)
+  return out
+
+
+def _event_now(ctx) -> Optional[float]:
+  events = ctx.session.events
+  return events[-1].timestamp if events else None
+
+
+def context_pack_callbacks(**plugin_kwargs) -> tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]]:
+  """Agent-level callbacks for a per-agent policy.
+
+  Returns ``(before_model_callback, after_model_callback)`` for
+  ``LlmAgent(before_model_callback=..., after_model_callback=...)``.
+  """
+  plugin = ContextPackPlugin(**plugin_kwargs)
+
+  async def before_model(callback_context, llm_request):
+    return await plugin.before_model_callback(callback_context=callback_context, llm_request=llm_request)
+
+  async def after_model(callback_context, llm_response):
+    return await plugin.after_model_callback(callback_context=callback_context, llm_response=llm_response)
+
+  before_model.plugin = plugin  # type: ignore[attr-defined]
+  after_model.plugin = plugin  # type: ignore[attr-defined]
+  return before_model, after_model
+
+
+def make_before_model_callback(**plugin_kwargs) -> Callable[..., Awaitable[Any]]:
+  """Just the ``before_model_callback`` (no calibration loop)."""
+  return context_pack_callbacks(**plugin_kwargs)[0]

@@ -1,0 +1,86 @@
+"""Step-only tool scoping, in two modes.
+
+``hard`` removes out-of-step function declarations and their ``tools_dict``
+entries together (a smaller prompt, but the tool block changes per step);
+``mask`` keeps every declaration byte-stable for the prompt cache and
+restricts ``allowed_function_names`` instead. Framework tools are never
+removed: agent transfer, structured output, task completion and skills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from google.genai import types
+
+from ..core.policy import ToolScoping
+
+PROTECTED_TOOLS = frozenset({"transfer_to_agent", "set_model_response", "finish_task"})
+SKILL_TOOL_SUFFIXES = (
+    "list_skills", "search_skills", "load_skill", "unload_skill", "load_skill_resource", "run_skill_script",
+)
+
+
+def is_protected(name: str, tool: Any = None) -> bool:
+  if name in PROTECTED_TOOLS or name.endswith(SKILL_TOOL_SUFFIXES):
+    return True
+  return tool is not None and "skill" in type(tool).__module__
+
+
+@dataclass
+class ScopedTools:
+  mode: ToolScoping
+  declarations: list[types.FunctionDeclaration]
+  """Declarations that will be sent (what the TOOLS layer costs)."""
+  allowed: Optional[list[str]] = None
+  removed: list[str] = field(default_factory=list)
+  unknown: list[str] = field(default_factory=list)
+
+  def apply_config(self, config: types.GenerateContentConfig) -> types.GenerateContentConfig:
+    if self.mode is ToolScoping.HARD and self.removed:
+      keep = {d.name for d in self.declarations}
+      tools = []
+      for tool in config.tools or ():
+        if isinstance(tool, types.Tool) and tool.function_declarations:
+          decls = [d for d in tool.function_declarations if d.name in keep]
+          if decls:
+            tools.append(tool.model_copy(update={"function_declarations": decls}))
+        else:
+          tools.append(tool)
+      config.tools = tools
+    elif self.mode is ToolScoping.MASK and self.allowed is not None:
+      tc = config.tool_config.model_copy(deep=True) if config.tool_config else types.ToolConfig()
+      tc.function_calling_config = types.FunctionCallingConfig(
+          mode=types.FunctionCallingConfigMode.VALIDATED, allowed_function_names=list(self.allowed)
+      )
+      config.tool_config = tc
+    return config
+
+  def apply_tools_dict(self, llm_request) -> None:
+    if self.mode is ToolScoping.HARD and self.removed:
+      llm_request.tools_dict = {k: v for k, v in llm_request.tools_dict.items() if k not in set(self.removed)}
+
+  def describe(self) -> dict[str, Any]:
+    return {"mode": self.mode.value, "allowed": self.allowed, "removed": self.removed, "unknown": self.unknown}
+
+
+def _declarations(config: types.GenerateContentConfig) -> list[types.FunctionDeclaration]:
+  return [
+      d for tool in (config.tools or ()) if isinstance(tool, types.Tool)
+      for d in (tool.function_declarations or ())
+  ]
+
+
+def scope_tools(llm_request, step_tools: Optional[Sequence[str]], mode: ToolScoping) -> ScopedTools:
+  decls = _declarations(llm_request.config)
+  if mode is ToolScoping.OFF or step_tools is None:
+    return ScopedTools(mode=ToolScoping.OFF if step_tools is None else mode, declarations=decls)
+  wanted = set(step_tools)
+  present = {d.name for d in decls}
+  keep = [d for d in decls if d.name in wanted or is_protected(d.name, llm_request.tools_dict.get(d.name))]
+  removed = sorted(present - {d.name for d in keep})
+  unknown = sorted(wanted - present)
+  if mode is ToolScoping.HARD:
+    return ScopedTools(mode=mode, declarations=keep, removed=removed, unknown=unknown)
+  return ScopedTools(mode=mode, declarations=decls, allowed=sorted(d.name for d in keep), unknown=unknown)

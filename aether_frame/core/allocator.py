@@ -1,0 +1,154 @@
+"""Window-proportional budget allocation (seed 003; seed 001 Algorithm 6.2).
+
+Fixed tiers (system, task, tools) get exactly what they need: they are never
+truncated, and any floor they leave unused flows to the elastic pool. The
+output reserve comes off the top. The elastic remainder is water-filled over
+evidence, memory and conversation by weight: a layer that needs less than its
+share is capped at its demand and the surplus flows to the others. Shares are
+handed out in whole quanta (64 tokens by default) so budgets move in steps,
+not by a token per call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .items import ELASTIC_LAYERS, FIXED_LAYERS, Layer
+from .policy import PackPolicy
+
+
+class ContextBudgetExhausted(Exception):
+  """The fixed tiers plus the output reserve do not fit the window (Fail-Loud).
+
+  ``needs`` maps each layer (and ``reserve``) to the tokens it requires.
+  """
+
+  def __init__(self, message: str, *, needs: Mapping[str, int], usable: int, window: int):
+    self.needs = dict(needs)
+    self.usable = usable
+    self.window = window
+    detail = ", ".join(f"{k}={v}" for k, v in self.needs.items())
+    super().__init__(f"{message} (window={window}, usable={usable}; needs: {detail})")
+
+
+@dataclass
+class Allocation:
+  window: int
+  reserve: int
+  usable: int
+  """Tokens (in our tokenizer's units) available to the request itself."""
+  floors: dict[str, int]
+  weights: dict[str, float]
+  budgets: dict[str, int]
+  requested: dict[str, int]
+  pool: int
+  unallocated: int = 0
+  notes: list[str] = field(default_factory=list)
+
+
+def reserve_for(policy: PackPolicy, window: int, max_output_tokens: int | None) -> int:
+  """The output reserve: the request's ``max_output_tokens`` if set, else slack_min."""
+  if max_output_tokens is not None:
+    if max_output_tokens < 0:
+      raise ValueError(f"max_output_tokens must be >= 0, got {max_output_tokens}")
+    return max_output_tokens
+  return math.ceil(policy.floors.slack_min * window)
+
+
+def water_fill(pool: int, demands: Mapping[str, int], weights: Mapping[str, float], quantum: int) -> dict[str, int]:
+  """Weighted proportional split capped by demand; surplus flows on; whole quanta.
+
+  Closed form of the quantum-by-quantum loop: repeatedly give every uncapped
+  layer its weighted share of what is left, cap those whose demand is below
+  it, and redistribute. Uncapped shares are rounded down to quanta; left-over
+  quanta go by largest fractional remainder, ties in layer order.
+  """
+  alloc = {k: 0 for k in demands}
+  open_layers = [k for k in demands if demands[k] > 0]
+  remaining = max(pool, 0)
+  while open_layers:
+    total_w = sum(weights[k] for k in open_layers)
+    if total_w <= 0:
+      break
+    capped = [k for k in open_layers if demands[k] <= remaining * weights[k] / total_w]
+    if not capped:
+      break
+    for k in capped:
+      alloc[k] = demands[k]
+      remaining -= demands[k]
+      open_layers.remove(k)
+  if open_layers and remaining > 0:
+    total_w = sum(weights[k] for k in open_layers)
+    exact = {k: remaining * weights[k] / total_w for k in open_layers}
+    for k in open_layers:
+      alloc[k] = min(demands[k], int(exact[k] // quantum) * quantum)
+    left = remaining - sum(alloc[k] for k in open_layers)
+    order = sorted(open_layers, key=lambda k: (-(exact[k] - alloc[k]), list(demands).index(k)))
+    for k in order:
+      if left < quantum:
+        break
+      give = min(quantum, demands[k] - alloc[k])
+      if give > 0:
+        alloc[k] += give
+        left -= give
+  return alloc
+
+
+def allocate(
+    policy: PackPolicy,
+    *,
+    window: int,
+    reserve: int,
+    fixed_needs: Mapping[Layer, int],
+    pinned: Mapping[Layer, int],
+    demands: Mapping[Layer, int],
+    token_scale: float = 1.0,
+) -> Allocation:
+  """Budgets per layer; raises ``ContextBudgetExhausted`` when fixed + reserve overflow."""
+  if window <= 0:
+    raise ValueError(f"window must be positive, got {window}")
+  usable = math.floor((window - reserve) / token_scale) if window > reserve else 0
+  floors = {
+      "system": math.floor(policy.floors.system * window),
+      "task": math.floor(policy.floors.task * window),
+      "tools": math.floor(policy.floors.tools * window),
+      "slack": reserve,
+  }
+  fixed_total = sum(fixed_needs.get(layer, 0) for layer in FIXED_LAYERS)
+  pinned_total = sum(pinned.get(layer, 0) for layer in ELASTIC_LAYERS)
+  pool = usable - fixed_total - pinned_total
+  if pool < 0 or window <= reserve:
+    needs = {layer.value: fixed_needs.get(layer, 0) for layer in FIXED_LAYERS}
+    for layer in ELASTIC_LAYERS:
+      if pinned.get(layer, 0):
+        needs[f"{layer.value}_pinned"] = pinned[layer]
+    needs["reserve"] = reserve
+    raise ContextBudgetExhausted(
+        "fixed tiers plus the output reserve exceed the window", needs=needs, usable=usable, window=window
+    )
+  weights = policy.remainder_weights()
+  elastic = water_fill(
+      pool,
+      {layer.value: max(demands.get(layer, 0), 0) for layer in ELASTIC_LAYERS},
+      weights,
+      policy.quantum,
+  )
+  budgets = {layer.value: fixed_needs.get(layer, 0) for layer in FIXED_LAYERS}
+  for layer in ELASTIC_LAYERS:
+    budgets[layer.value] = elastic[layer.value] + pinned.get(layer, 0)
+  requested = {layer.value: fixed_needs.get(layer, 0) for layer in FIXED_LAYERS}
+  for layer in ELASTIC_LAYERS:
+    requested[layer.value] = demands.get(layer, 0) + pinned.get(layer, 0)
+  return Allocation(
+      window=window,
+      reserve=reserve,
+      usable=usable,
+      floors=floors,
+      weights=weights,
+      budgets=budgets,
+      requested=requested,
+      pool=pool,
+      unallocated=pool - sum(elastic.values()),
+  )

@@ -1,0 +1,633 @@
+"""The compiler: collect → filter → rank → compress → assemble → validate.
+
+``CompilerSession`` holds one conversation's history incrementally (token
+prefix sums, a hash chain, the recall index), so a warm call costs about the
+same at 10,000 events as at 100. ``compile_pack`` is the stateless form used
+by replay and tests; both give byte-identical output for the same inputs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import render
+from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
+from .canonical import digest, sha256_hex
+from .compress import extractive_summary
+from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts
+from .items import Item, Layer
+from .policy import OverflowPolicy, PackPolicy
+from .rank import HistoryIndex, Ranker, rank_layer
+from .select import select_within_budget
+
+MANIFEST_SCHEMA = "aether-frame/manifest@1"
+_MAX_VALIDATE_ROUNDS = 64
+
+
+class CallInputs(BaseModel):
+  """Everything of one model call except the prior conversation history.
+
+  ``items`` holds the system, task, tools, evidence and memory candidates;
+  the task layer must contain exactly one ``kind="user_request"`` item (its
+  ``parts`` carry the user's non-text parts). ``inflight`` holds the
+  current invocation's steps after the user turn (tool calls and results).
+  """
+
+  model_config = ConfigDict(extra="forbid")
+
+  items: list[Item]
+  inflight: list[Item] = Field(default_factory=list)
+  window: int = Field(gt=0)
+  max_output_tokens: Optional[int] = Field(default=None, ge=0)
+  tail_hint: Optional[str] = None
+  """Id of the oldest history group the previous call kept (hysteresis)."""
+  token_scale: float = Field(default=1.0, ge=0.5, le=4.0)
+  """Calibration: actual/estimated tokens, margin included."""
+  now: Optional[float] = None
+  has_plan: bool = False
+  meta: dict[str, Optional[str]] = Field(default_factory=dict)
+  """invocation_id, session_id, agent, model…: recorded, not hashed."""
+
+
+class CompileInput(BaseModel):
+  """A complete, replayable compile input (history + one call + policy)."""
+
+  model_config = ConfigDict(extra="forbid")
+
+  policy: PackPolicy
+  history: list[Item] = Field(default_factory=list)
+  call: CallInputs
+
+
+@dataclass
+class CompiledPack:
+  payload: str
+  """The Pack Payload text for the final user message."""
+  conversation_ids: list[str]
+  """History group ids kept as the prior tail, chronological."""
+  tail_start_id: Optional[str]
+  tool_names: list[str]
+  manifest: dict[str, Any]
+  tokens: int
+  valid: bool
+  problems: list[str] = field(default_factory=list)
+
+
+def _item_digest(item: Item) -> str:
+  return digest(item.model_dump(mode="json", exclude={"tokens"}))
+
+
+class CompilerSession:
+  """One conversation's compiler state; not thread-safe (one per session)."""
+
+  def __init__(
+      self,
+      policy: PackPolicy,
+      counter: TokenCounter,
+      *,
+      ranker: Optional[Ranker] = None,
+      history_index: Optional[HistoryIndex] = None,
+  ):
+    self.policy = policy
+    self.counter = counter
+    self.ranker = ranker
+    self.history_index = history_index
+    self.history: list[Item] = []
+    self._cum: list[int] = [0]
+    self._chain: list[str] = [""]
+    self._pos: dict[str, int] = {}
+    self._pinned: list[int] = []
+
+  # ----------------------------------------------------------------- collect
+  def _group_tokens(self, item: Item) -> int:
+    if item.parts is not None:
+      return MESSAGE_OVERHEAD + count_parts(item.parts, self.counter)
+    return MESSAGE_OVERHEAD + self.counter.count(item.text)
+
+  def reset_history(self) -> None:
+    self.history.clear()
+    self._cum = [0]
+    self._chain = [""]
+    self._pos.clear()
+    self._pinned.clear()
+    if self.history_index is not None:
+      self.history_index.truncate(0)
+
+  def extend_history(self, groups: Sequence[Item]) -> None:
+    """Appends conversation groups (chronological). O(len(groups))."""
+    added: list[Item] = []
+    for group in groups:
+      if group.layer is not Layer.CONVERSATION:
+        raise ValueError(f"history item {group.id!r} is in layer {group.layer.value}, expected conversation")
+      if group.id in self._pos:
+        raise ValueError(f"duplicate history id {group.id!r}")
+      if group.tokens is None:
+        group = group.model_copy(update={"tokens": self._group_tokens(group)})
+      pos = len(self.history)
+      self.history.append(group)
+      self._pos[group.id] = pos
+      self._cum.append(self._cum[-1] + group.tokens)
+      self._chain.append(sha256_hex(self._chain[-1] + _item_digest(group)))
+      if group.pinned:
+        self._pinned.append(pos)
+      added.append(group)
+    if self.history_index is not None and added:
+      self.history_index.add(added)
+
+  def truncate_history(self, n: int) -> None:
+    """Keeps the first ``n`` groups (the last one may be re-grouped by the caller)."""
+    if n >= len(self.history):
+      return
+    for group in self.history[n:]:
+      del self._pos[group.id]
+    del self.history[n:]
+    del self._cum[n + 1:]
+    del self._chain[n + 1:]
+    self._pinned = [p for p in self._pinned if p < n]
+    if self.history_index is not None:
+      self.history_index.truncate(n)
+
+  def history_ids(self) -> list[str]:
+    return [g.id for g in self.history]
+
+  # ------------------------------------------------------------------ compile
+  def compile(self, call: CallInputs) -> CompiledPack:
+    policy, counter = self.policy, self.counter
+    events: list[dict[str, Any]] = []
+    statuses: dict[str, dict[str, Any]] = {}
+
+    # COLLECT: cost every call item by the exact line it will occupy.
+    items = [i for i in call.items]
+    user_requests = [i for i in items if i.layer is Layer.TASK and i.kind == "user_request"]
+    if len(user_requests) != 1:
+      raise ValueError(f"call needs exactly one task item of kind 'user_request', got {len(user_requests)}")
+    seen_ids: set[str] = set()
+    for it in [*items, *call.inflight]:
+      if it.id in seen_ids or it.id in self._pos:
+        raise ValueError(f"duplicate item id {it.id!r}")
+      seen_ids.add(it.id)
+    items = self._costed(items)
+    inflight = [
+        i if i.tokens is not None else i.model_copy(update={"tokens": self._group_tokens(i), "pinned": True})
+        for i in call.inflight
+    ]
+    input_sha = self._input_hash(call, items, inflight)
+    fence = render.fence_token(input_sha)
+
+    # FILTER: empty and duplicate evidence/memory.
+    kept_items: list[Item] = []
+    dup_of: dict[tuple[str, str], str] = {}
+    for it in items:
+      if it.layer in (Layer.EVIDENCE, Layer.MEMORY):
+        key = (it.layer.value, " ".join(it.text.split()))
+        if not key[1]:
+          self._event(events, statuses, "filter", it.layer.value, [it], "empty text")
+          continue
+        if key in dup_of:
+          self._event(events, statuses, "filter", it.layer.value, [it], f"duplicate of {dup_of[key]}")
+          continue
+        dup_of[key] = it.id
+      kept_items.append(it)
+    by_layer: dict[Layer, list[Item]] = {layer: [] for layer in Layer}
+    for it in kept_items:
+      by_layer[it.layer].append(it)
+    user_request = user_requests[0]
+    query = user_request.text
+
+    # RANK: hybrid ranker for evidence/memory; recall hits from history.
+    recall = self._recall(query, call.now)
+    memory_all = by_layer[Layer.MEMORY] + recall
+    ranked_evidence = rank_layer(by_layer[Layer.EVIDENCE], query=query, layer=Layer.EVIDENCE, ranker=self.ranker, now=call.now)
+    ranked_memory = rank_layer(memory_all, query=query, layer=Layer.MEMORY, ranker=self.ranker, now=call.now)
+    ranked_evidence = self._essential_first(ranked_evidence)
+    # SELECT (memory top-K) before allocating, so unused share flows on.
+    non_recall = [i for i in ranked_memory if i.kind != "recall" and not i.pinned]
+    over = non_recall[policy.memory_top_k:]
+    self._event(events, statuses, "select", "memory", over, f"beyond memory top-K (k={policy.memory_top_k})")
+    over_ids = {i.id for i in over}
+    ranked_memory = [i for i in ranked_memory if i.id not in over_ids]
+
+    # ALLOCATE
+    reserve = reserve_for(policy, call.window, call.max_output_tokens)
+    skeleton = self._skeleton_tokens(by_layer, user_request, fence)
+    fixed = {
+        Layer.SYSTEM: sum(i.tokens for i in by_layer[Layer.SYSTEM]),
+        Layer.TASK: skeleton + sum(i.tokens for i in by_layer[Layer.TASK] if i.kind != "user_request"),
+        Layer.TOOLS: sum(i.tokens for i in by_layer[Layer.TOOLS]),
+    }
+    pinned_hist = sum(self.history[p].tokens for p in self._pinned)
+    pinned = {
+        Layer.CONVERSATION: sum(i.tokens for i in inflight) + pinned_hist,
+        Layer.EVIDENCE: sum(i.tokens for i in ranked_evidence if i.pinned),
+        Layer.MEMORY: sum(i.tokens for i in ranked_memory if i.pinned),
+    }
+    demands = {
+        Layer.CONVERSATION: self._cum[-1] - pinned_hist,
+        Layer.EVIDENCE: sum(i.tokens for i in ranked_evidence if not i.pinned),
+        Layer.MEMORY: sum(i.tokens for i in ranked_memory if not i.pinned),
+    }
+    alloc = allocate(
+        policy, window=call.window, reserve=reserve, fixed_needs=fixed, pinned=pinned,
+        demands=demands, token_scale=call.token_scale,
+    )
+    if policy.overflow is OverflowPolicy.FAIL_LOUD and any(
+        alloc.budgets[layer.value] < demands[layer] + pinned[layer] for layer in demands
+    ):
+      raise ContextBudgetExhausted(
+          "elastic layers overflow and the overflow policy is fail_loud",
+          needs={layer.value: demands[layer] + pinned[layer] for layer in demands},
+          usable=alloc.usable, window=call.window,
+      )
+
+    # SELECT + COMPRESS + DROP, conversation first (its tail decides which
+    # recall hits are already visible), then the ladder's order.
+    tail_start, tail_events = self._tail(call.tail_hint, alloc.budgets["conversation"] - sum(i.tokens for i in inflight))
+    in_tail = {self.history[p].id for p in range(tail_start, len(self.history))} | {self.history[p].id for p in self._pinned}
+    ranked_memory = [m for m in ranked_memory if m.meta.get("group_id") not in in_tail]
+    memory_sel = self._ladder_layer(Layer.MEMORY, ranked_memory, alloc.budgets["memory"], query, events, statuses)
+    evidence_sel = self._ladder_layer(Layer.EVIDENCE, ranked_evidence, alloc.budgets["evidence"], query, events, statuses)
+    # Budget a layer left unused flows to the others (payload layers only:
+    # re-admitting old turns would move the cached prefix).
+    spare = alloc.budgets["memory"] - memory_sel.used + alloc.budgets["evidence"] - evidence_sel.used
+    spare += max(0, alloc.budgets["conversation"] - self._tail_cost(tail_start) - sum(i.tokens for i in inflight))
+    if spare > 0:
+      spare = self._readmit(evidence_sel, spare, events, statuses)
+      spare = self._readmit(memory_sel, spare, events, statuses)
+    events.extend(tail_events)
+
+    # ASSEMBLE + VALIDATE: measure the real payload, shrink until it fits.
+    tools = by_layer[Layer.TOOLS]
+    for _ in range(_MAX_VALIDATE_ROUNDS):
+      payload, totals = self._assemble(
+          by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc, fence, statuses
+      )
+      if totals["total"] <= alloc.usable:
+        break
+      if not self._shed_one(memory_sel, evidence_sel, events, statuses, "validate: rendered pack over budget"):
+        if tail_start < len(self.history) and not self.history[tail_start].pinned:
+          events.append(self._range_event(tail_start, tail_start + 1, "validate: rendered pack over budget"))
+          tail_start += 1
+          continue
+        raise ContextBudgetExhausted(
+            "nothing left to drop and the rendered pack is still over budget",
+            needs={"total": totals["total"]}, usable=alloc.usable, window=call.window,
+        )
+
+    problems = self._required(by_layer, call.has_plan)
+    kept_ids = [g.id for g in self.history[tail_start:]]
+    pinned_ids = [self.history[p].id for p in self._pinned if p < tail_start]
+    conversation_ids = sorted(pinned_ids + kept_ids, key=self._pos.__getitem__)
+    manifest = self._manifest(
+        call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
+        input_sha, payload, conversation_ids, tail_start, totals, problems,
+    )
+    return CompiledPack(
+        payload=payload,
+        conversation_ids=conversation_ids,
+        tail_start_id=self.history[tail_start].id if tail_start < len(self.history) else None,
+        tool_names=[t.meta.get("name", t.id) for t in tools],
+        manifest=manifest,
+        tokens=totals["total"],
+        valid=not problems,
+        problems=problems,
+    )
+
+  # ---------------------------------------------------------------- helpers
+  def _costed(self, items: list[Item]) -> list[Item]:
+    need = [i for i, it in enumerate(items) if it.tokens is None]
+    lines = []
+    for i in need:
+      it = items[i]
+      if it.layer in (Layer.SYSTEM, Layer.TOOLS) or it.kind == "user_request":
+        lines.append(it.text)
+      else:
+        lines.append(render.item_line(it) + "\n")
+    counts = self.counter.count_many(lines) if lines else []
+    out = list(items)
+    for i, n in zip(need, counts):
+      it = items[i]
+      if it.kind == "user_request" and it.parts:
+        n += count_parts(it.parts, self.counter)
+      out[i] = it.model_copy(update={"tokens": n})
+    return out
+
+  def _input_hash(self, call: CallInputs, items: list[Item], inflight: list[Item]) -> str:
+    body = {
+        "policy": self.policy.policy_hash(),
+        "tokenizer": self.counter.name,
+        "history": self._chain[-1],
+        "history_len": len(self.history),
+        "items": [_item_digest(i) for i in items],
+        "inflight": [_item_digest(i) for i in inflight],
+        "call": call.model_dump(mode="json", exclude={"items", "inflight", "meta"}),
+    }
+    return digest(body)
+
+  @staticmethod
+  def _essential_first(ranked: list[Item]) -> list[Item]:
+    """Evidence for checklist items is essential (select stage, seed 003)."""
+    essential = [i for i in ranked if i.kind == "checklist_evidence"]
+    return essential + [i for i in ranked if i.kind != "checklist_evidence"]
+
+  def _recall(self, query: str, now: Optional[float]) -> list[Item]:
+    if self.history_index is None or not self.history or not query.strip():
+      return []
+    hits = self.history_index.search(query, k=self.policy.recall_top_k, now=now)
+    out = []
+    for pos, score, explain in hits:
+      group = self.history[pos]
+      out.append(Item(
+          id=f"recall:{group.id}", layer=Layer.MEMORY, kind="recall", text=group.text,
+          score=round(score, 6), provenance=group.provenance, trust=group.trust,
+          meta={"group_id": group.id, "explain": explain},
+      ))
+    return self._costed(out)
+
+  def _skeleton_tokens(self, by_layer: dict[Layer, list[Item]], user_request: Item, fence: str) -> int:
+    empty = render.render_payload(
+        task=[], tools=by_layer[Layer.TOOLS], evidence=[], memory=[],
+        budget=render.budget_line(100, {}, {"evidence": 99, "memory": 99, "conversation": 99}),
+        user_request=user_request.text, fence=fence,
+    )
+    # Two fences are always present once data exists; count them up front.
+    fences = f"\n<<<DATA {fence}>>>\n<<<END DATA {fence}>>>" * 2
+    extra = count_parts(user_request.parts, self.counter) if user_request.parts else 0
+    return MESSAGE_OVERHEAD + self.counter.count(empty + fences) + extra + 8 * render.MAX_BUDGET_POINTERS * 2
+
+  def _tail_cost(self, start: int) -> int:
+    cost = self._cum[-1] - self._cum[start]
+    return cost + sum(self.history[p].tokens for p in self._pinned if p < start)
+
+  def _tail(self, hint: Optional[str], budget: int) -> tuple[int, list[dict[str, Any]]]:
+    """Chunked, hysteretic tail trimming: keep the previous cut while it fits;
+    when it no longer does, cut down to the low-water mark in one go."""
+    n = len(self.history)
+    if n == 0:
+      return 0, []
+    start = self._pos.get(hint, 0) if hint is not None else 0
+    events: list[dict[str, Any]] = []
+    if start > 0:
+      events.append(self._range_event(0, start, "older conversation, trimmed in an earlier call (kept out for cache stability)"))
+    if self._tail_cost(start) <= budget:
+      return start, events
+    low = math.floor(budget * self.policy.trim_low_water)
+    new_start = self._first_fitting(low)
+    essentials = max(0, n - self.policy.recent_turns)
+    if new_start > essentials:
+      new_start = max(self._first_fitting(budget), start)
+    events.append(self._range_event(start, new_start, "older conversation, chunked trim to the low-water mark"))
+    return new_start, events
+
+  def _first_fitting(self, budget: int) -> int:
+    """Smallest start whose tail (plus earlier pinned groups) fits ``budget``."""
+    n = len(self.history)
+    total = self._cum[-1]
+    lo = bisect.bisect_left(self._cum, total - budget, 0, n + 1)
+    lo = min(lo, n)
+    while lo < n and self._tail_cost(lo) > budget:
+      lo += 1
+    return lo
+
+  def _range_event(self, start: int, end: int, reason: str) -> dict[str, Any]:
+    dropped = [p for p in range(start, end) if not self.history[p].pinned] if end - start <= 64 else None
+    event: dict[str, Any] = {
+        "stage": "drop",
+        "layer": "conversation",
+        "reason": reason,
+        "range": {
+            "start": start, "end": end,
+            "first_id": self.history[start].id if end > start else None,
+            "last_id": self.history[end - 1].id if end > start else None,
+        },
+        "tokens": self._cum[end] - self._cum[start],
+    }
+    if dropped is not None:
+      event["item_ids"] = [self.history[p].id for p in dropped]
+    return event
+
+  def _event(self, events, statuses, stage: str, layer: str, items: Sequence[Item], reason: str, **extra) -> None:
+    if not items:
+      return
+    status = {"filter": "filtered", "select": "dropped", "drop": "dropped", "compress": "compressed"}[stage]
+    events.append({
+        "stage": stage, "layer": layer, "reason": reason,
+        "item_ids": [i.id for i in items], "pointers": [i.pointer() for i in items], **extra,
+    })
+    for it in items:
+      statuses[it.id] = {"status": status, "reason": reason}
+
+  def _ladder_layer(self, layer: Layer, ranked: list[Item], budget: int, query: str, events, statuses):
+    """Seed 003's ladder for one payload layer: select, compress, drop."""
+    policy = self.policy
+    candidates = ranked
+    sel = select_within_budget(candidates, budget)
+    if not sel.dropped:
+      return sel
+    # COMPRESS: memory → extractive summary; older (non-checklist) evidence → summary.
+    still: list[Item] = []
+    for item in sel.dropped:
+      room = budget - sel.used
+      compressible = item.kind != "checklist_evidence" and (item.tokens or 0) >= policy.compress_min_tokens
+      if compressible and room >= policy.compress_min_tokens // 2:
+        target = min(room, (item.tokens or 0) // 2)
+        line_overhead = self.counter.count(render.item_line(item.model_copy(update={"text": ""})) + "\n")
+        summary = extractive_summary(item.text, query, target - line_overhead, self.counter.count)
+        if summary:
+          small = item.model_copy(update={"text": summary, "tokens": None, "meta": {**item.meta, "compressed_from": item.tokens}})
+          small = self._costed([small])[0]
+          if small.tokens <= room:
+            sel.kept.append(small)
+            sel.used += small.tokens
+            self._event(events, statuses, "compress", layer.value, [item],
+                        "extractive summary" + (" of older evidence" if layer is Layer.EVIDENCE else " of memory"),
+                        tokens_before=item.tokens, tokens_after=small.tokens)
+            continue
+      still.append(item)
+    sel.dropped = still
+    # DROP: what is left goes, lowest score first in the event order.
+    if still:
+      order = sorted(still, key=lambda i: (i.score, i.id))
+      reason = "over budget: lowest score dropped" if layer is Layer.MEMORY else "over budget: older / lower-ranked evidence dropped"
+      self._event(events, statuses, "drop", layer.value, order, reason)
+    return sel
+
+  def _readmit(self, sel, spare: int, events, statuses) -> int:
+    """Give spare tokens back to dropped items that now fit, best first."""
+    back = []
+    for item in list(sel.dropped):
+      if item.tokens <= spare and statuses.get(item.id, {}).get("status") == "dropped" and statuses[item.id]["reason"].startswith("over budget"):
+        sel.kept.append(item)
+        sel.dropped.remove(item)
+        sel.used += item.tokens
+        spare -= item.tokens
+        back.append(item)
+    for item in back:
+      statuses.pop(item.id, None)
+      for ev in events:
+        if item.id in ev.get("item_ids", ()):
+          idx = ev["item_ids"].index(item.id)
+          ev["item_ids"].pop(idx)
+          ev["pointers"].pop(idx)
+    events[:] = [ev for ev in events if ev.get("item_ids", [None]) or "range" in ev]
+    return spare
+
+  def _shed_one(self, memory_sel, evidence_sel, events, statuses, reason: str) -> bool:
+    for layer, sel in ((Layer.MEMORY, memory_sel), (Layer.EVIDENCE, evidence_sel)):
+      victims = [i for i in sel.kept if not i.pinned]
+      if victims:
+        victim = min(victims, key=lambda i: (i.kind == "checklist_evidence", i.score, i.id))
+        sel.kept.remove(victim)
+        sel.used -= victim.tokens
+        sel.dropped.append(victim)
+        self._event(events, statuses, "drop", layer.value, [victim], reason)
+        return True
+    return False
+
+  def _assemble(self, by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc: Allocation, fence, statuses):
+    evidence = list(reversed(evidence_sel.kept))  # best last, nearest the request
+    memory = sorted(memory_sel.kept, key=lambda i: (i.provenance.timestamp or 0.0, i.id))
+    omitted: dict[str, list[str]] = {}
+    counts: dict[str, int] = {}
+    for sel, name in ((evidence_sel, "evidence"), (memory_sel, "memory")):
+      gone = [i for i in sel.dropped if i.kind != "recall"]
+      counts[name] = len(gone)
+      omitted[name] = [i.pointer() for i in gone]
+    counts["conversation"] = tail_start - sum(1 for p in self._pinned if p < tail_start)
+    system_tokens = sum(i.tokens for i in by_layer[Layer.SYSTEM])
+    tool_tokens = sum(i.tokens for i in tools)
+    tail_tokens = self._tail_cost(tail_start)
+    inflight_tokens = sum(i.tokens for i in inflight)
+    task_items = [i for i in by_layer[Layer.TASK] if i.kind != "user_request"]
+    payload_guess = (
+        sum(i.tokens for i in task_items) + evidence_sel.used + memory_sel.used
+        + self.counter.count(user_request.text)
+    )
+    stable = system_tokens + tool_tokens + tail_tokens + payload_guess
+    pct = min(100, round(100 * stable / alloc.usable)) if alloc.usable else 100
+    payload = render.render_payload(
+        task=task_items, tools=tools, evidence=evidence, memory=memory,
+        budget=render.budget_line(pct, omitted, counts), user_request=user_request.text, fence=fence,
+    )
+    payload_tokens = MESSAGE_OVERHEAD + self.counter.count(payload)
+    if user_request.parts:
+      payload_tokens += count_parts(user_request.parts, self.counter)
+    total = system_tokens + tool_tokens + tail_tokens + inflight_tokens + payload_tokens
+    totals = {
+        "system": system_tokens, "tools": tool_tokens, "conversation": tail_tokens + inflight_tokens,
+        "payload": payload_tokens, "evidence": evidence_sel.used, "memory": memory_sel.used,
+        "task": payload_tokens - evidence_sel.used - memory_sel.used, "total": total, "pct_used": pct,
+    }
+    return payload, totals
+
+  @staticmethod
+  def _required(by_layer, has_plan: bool) -> list[str]:
+    kinds = {i.kind for i in by_layer[Layer.TASK]}
+    problems = []
+    if has_plan and "step" not in kinds:
+      problems.append("plan present but no current step")
+    if "step" in kinds and "acceptance" not in kinds:
+      problems.append("step has no acceptance checklist")
+    return problems
+
+  def _manifest(self, call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
+                input_sha, payload, conversation_ids, tail_start, totals, problems) -> dict[str, Any]:
+    layers = {}
+    for name in ("system", "task", "tools", "evidence", "memory", "conversation"):
+      layers[name] = {
+          "floor": alloc.floors.get(name, 0),
+          "weight": round(alloc.weights.get(name, 0.0), 6),
+          "budget": alloc.budgets[name],
+          "requested": alloc.requested[name],
+          "used": totals[name],
+      }
+    layers["slack"] = {"floor": alloc.floors["slack"], "weight": 0.0, "budget": alloc.reserve, "requested": alloc.reserve, "used": 0}
+    kept_ids = {i.id for i in evidence_sel.kept} | {i.id for i in memory_sel.kept}
+    compressed = {i.id: i for i in evidence_sel.kept + memory_sel.kept if "compressed_from" in i.meta}
+    rows = []
+    for it in [*items, *recall, *inflight]:
+      st = statuses.get(it.id)
+      if st is None:
+        if it.layer in (Layer.EVIDENCE, Layer.MEMORY):
+          if it.id not in kept_ids:
+            if it.kind == "recall":
+              st = {"status": "in_tail", "reason": "turn already in the conversation tail"}
+            else:
+              continue
+          else:
+            st = {"status": "included"}
+        else:
+          st = {"status": "included"}
+      row: dict[str, Any] = {
+          "id": it.id, "layer": it.layer.value, "kind": it.kind, "tokens": it.tokens,
+          "score": it.score, "pointer": it.pointer(), **st,
+      }
+      if it.id in compressed:
+        row["tokens_after"] = compressed[it.id].tokens
+      if "explain" in it.meta:
+        row["meta"] = {"explain": it.meta["explain"]}
+      rows.append(row)
+    pinned_rows = [
+        {"id": self.history[p].id, "layer": "conversation", "kind": self.history[p].kind, "tokens": self.history[p].tokens,
+         "score": 0.0, "pointer": self.history[p].pointer(), "status": "included", "reason": "pinned (pending call or confirmation)"}
+        for p in self._pinned if p < tail_start
+    ]
+    uris = sorted({
+        i.provenance.source for i in items
+        if i.layer is Layer.EVIDENCE and i.provenance.source and i.provenance.source.startswith("artifact://")
+    })
+    output = {"payload": payload, "conversation": conversation_ids, "tools": [i.id for i in items if i.layer is Layer.TOOLS]}
+    prefix = {
+        "system": [i.text for i in items if i.layer is Layer.SYSTEM],
+        "tools": [i.text for i in items if i.layer is Layer.TOOLS],
+        "conversation": conversation_ids,
+    }
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "pack_id": "pack_" + input_sha.removeprefix("sha256:")[:20],
+        "invocation_id": call.meta.get("invocation_id"),
+        "session_id": call.meta.get("session_id"),
+        "agent": call.meta.get("agent"),
+        "model": call.meta.get("model"),
+        "window": call.window,
+        "reserve": alloc.reserve,
+        "usable": alloc.usable,
+        "token_scale": call.token_scale,
+        "tokenizer": self.counter.describe(),
+        "policy_hash": self.policy.policy_hash(),
+        "layers": layers,
+        "totals": {"tokens": totals["total"], "pct_used": totals["pct_used"], "unallocated": alloc.unallocated},
+        "tail": {
+            "history_len": len(self.history),
+            "start": tail_start,
+            "start_id": self.history[tail_start].id if tail_start < len(self.history) else None,
+            "kept": len(conversation_ids),
+            "inflight_ids": [i.id for i in inflight],
+        },
+        "items": rows + pinned_rows,
+        "truncation_events": events,
+        "artifact_uris": uris,
+        "valid": not problems,
+        "problems": problems,
+        "input_sha256": input_sha,
+        "payload_sha256": "sha256:" + sha256_hex(payload),
+        "output_sha256": digest(output),
+        "prefix_sha256": digest(prefix),
+    }
+
+
+def compile_pack(
+    inputs: CompileInput,
+    counter: TokenCounter,
+    *,
+    ranker: Optional[Ranker] = None,
+    history_index: Optional[HistoryIndex] = None,
+) -> CompiledPack:
+  """Stateless compile (replay, tests): same output as a warm session."""
+  session = CompilerSession(inputs.policy, counter, ranker=ranker, history_index=history_index)
+  session.extend_history(inputs.history)
+  return session.compile(inputs.call)

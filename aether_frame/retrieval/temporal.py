@@ -1,0 +1,261 @@
+"""Dates in the query: "last month", "in May 2023", "3 weeks ago" -> a time range.
+
+Relative expressions resolve against an explicit ``now`` (seconds since the
+epoch, read in UTC), never the wall clock, so a ranking replays identically.
+Ranges are half-open ``[start, end)``. Only past-looking expressions are
+understood: memory is about what happened.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Optional
+
+DAY = 86400.0
+
+MONTHS = {
+    name: i + 1
+    for i, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ]
+    )
+    for name in names
+}
+WEEKDAYS = {d: i for i, d in enumerate(("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))}
+NUMBERS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+    "a couple of": 2, "a few": 3, "few": 3, "several": 4,
+}  # fmt: skip
+
+_MONTH = r"(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
+_NUM = r"(?P<n>\d+|a couple of|a few|few|several|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_UNIT = r"(?P<unit>day|week|month|year)s?"
+_PART = r"(?:(?P<part>early|mid|middle of|late|end of|beginning of|start of)[\s-]+)?"
+_PREP = r"(?:in|during|since|on|by|of|from|around|early|mid|late|last|this|that)"
+
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("iso", re.compile(r"\b(?P<y>\d{4})-(?P<m>\d{1,2})-(?P<d>\d{1,2})\b")),
+    (
+        "day_month",
+        re.compile(
+            r"\b(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MONTH + r"(?:,?\s+(?P<year>\d{4}))?\b",
+            re.I,
+        ),
+    ),
+    (
+        "month_day",
+        re.compile(r"\b" + _MONTH + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?(?:,?\s+(?P<year>\d{4}))?\b", re.I),
+    ),
+    ("month_year", re.compile(r"\b" + _PART + _MONTH + r",?\s+(?P<year>\d{4})\b", re.I)),
+    ("ago", re.compile(r"\b" + _NUM + r"\s+" + _UNIT + r"\s+(?:ago|back|earlier)\b", re.I)),
+    ("last_n", re.compile(r"\b(?:last|past|previous)\s+" + _NUM + r"\s+" + _UNIT + r"\b", re.I)),
+    ("rel_unit", re.compile(r"\b(?P<which>last|this|past|previous)\s+(?P<unit>week|month|year|weekend)\b", re.I)),
+    ("weekday", re.compile(r"\blast\s+(?P<wd>monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b", re.I)),
+    ("day_before_yesterday", re.compile(r"\bthe\s+day\s+before\s+yesterday\b", re.I)),
+    ("yesterday", re.compile(r"\byesterday\b", re.I)),
+    ("today", re.compile(r"\b(?:today|tonight|this\s+morning|this\s+afternoon|this\s+evening)\b", re.I)),
+    ("month", re.compile(r"\b" + _PREP + r"\s+" + _PART + _MONTH + r"\b", re.I)),
+    ("month_bare", re.compile(r"\b(?P<month>January|February|April|June|July|August|September|October|November|December)\b")),
+    ("year", re.compile(r"\b(?:in|during|since|of|from|around|by)\s+(?P<year>(?:19|20)\d{2})\b", re.I)),
+]
+
+
+@dataclass(frozen=True)
+class TimeRange:
+  """A half-open interval of epoch seconds and the query text it came from."""
+
+  start: float
+  end: float
+  label: str
+
+  def contains(self, ts: float) -> bool:
+    return self.start <= ts < self.end
+
+  def distance_days(self, ts: float) -> float:
+    if ts < self.start:
+      return (self.start - ts) / DAY
+    if ts >= self.end:
+      return (ts - self.end) / DAY
+    return 0.0
+
+
+def _ts(dt: datetime) -> float:
+  return dt.replace(tzinfo=timezone.utc).timestamp()
+
+
+def _day(y: int, m: int, d: int) -> tuple[datetime, datetime]:
+  start = datetime(y, m, d)
+  return start, start + timedelta(days=1)
+
+
+def _month(y: int, m: int) -> tuple[datetime, datetime]:
+  start = datetime(y, m, 1)
+  end = datetime(y + (m == 12), m % 12 + 1, 1)
+  return start, end
+
+
+def _part_of_month(part: Optional[str], y: int, m: int) -> tuple[datetime, datetime]:
+  start, end = _month(y, m)
+  if not part:
+    return start, end
+  part = part.lower()
+  if part in ("early", "beginning of", "start of"):
+    return start, start + timedelta(days=10)
+  if part in ("mid", "middle of"):
+    return start + timedelta(days=10), start + timedelta(days=20)
+  return start + timedelta(days=20), end  # late, end of
+
+
+def _number(text: str) -> int:
+  text = text.lower()
+  return int(text) if text.isdigit() else NUMBERS[text]
+
+
+def _shift_months(y: int, m: int, delta: int) -> tuple[int, int]:
+  index = y * 12 + (m - 1) + delta
+  return index // 12, index % 12 + 1
+
+
+def _latest_year_for(month: int, day: int, now: datetime) -> int:
+  """The most recent year in which (month, day) is not after ``now``."""
+  return now.year if (month, day) <= (now.month, now.day) else now.year - 1
+
+
+def _resolve(kind: str, m: re.Match[str], now: datetime) -> Optional[tuple[datetime, datetime]]:
+  g = m.groupdict()
+  today = datetime(now.year, now.month, now.day)
+  if kind == "iso":
+    return _day(int(g["y"]), int(g["m"]), int(g["d"]))
+  if kind in ("day_month", "month_day"):
+    month, day = MONTHS[g["month"].lower()], int(g["day"])
+    year = int(g["year"]) if g.get("year") else _latest_year_for(month, day, now)
+    return _day(year, month, day)
+  if kind == "month_year":
+    return _part_of_month(g.get("part"), int(g["year"]), MONTHS[g["month"].lower()])
+  if kind in ("month", "month_bare"):
+    month = MONTHS[g["month"].lower()]
+    year = _latest_year_for(month, 1, now)
+    return _part_of_month(g.get("part"), year, month)
+  if kind == "year":
+    y = int(g["year"])
+    return datetime(y, 1, 1), datetime(y + 1, 1, 1)
+  if kind == "ago":
+    n, unit = _number(g["n"]), g["unit"].lower()
+    if unit == "day":
+      return _day(*(today - timedelta(days=n)).timetuple()[:3])
+    if unit == "week":
+      centre = today - timedelta(weeks=n)
+      return centre - timedelta(days=3), centre + timedelta(days=4)
+    if unit == "month":
+      return _month(*_shift_months(now.year, now.month, -n))
+    return datetime(now.year - n, 1, 1), datetime(now.year - n + 1, 1, 1)
+  if kind == "last_n":
+    n, unit = _number(g["n"]), g["unit"].lower()
+    days = {"day": 1, "week": 7, "month": 30, "year": 365}[unit] * n
+    return today - timedelta(days=days), today + timedelta(days=1)
+  if kind == "rel_unit":
+    which, unit = g["which"].lower(), g["unit"].lower()
+    back = 0 if which == "this" else 1
+    if unit == "week":
+      monday = today - timedelta(days=today.weekday()) - timedelta(weeks=back)
+      return monday, monday + timedelta(weeks=1)
+    if unit == "weekend":
+      saturday = today - timedelta(days=(today.weekday() - 5) % 7)
+      if which != "this" and saturday + timedelta(days=2) > today:
+        saturday -= timedelta(weeks=1)
+      return saturday, saturday + timedelta(days=2)
+    if unit == "month":
+      return _month(*_shift_months(now.year, now.month, -back))
+    return datetime(now.year - back, 1, 1), datetime(now.year - back + 1, 1, 1)
+  if kind == "weekday":
+    wd = WEEKDAYS[g["wd"].lower()]
+    back = (today.weekday() - wd) % 7 or 7
+    return _day(*(today - timedelta(days=back)).timetuple()[:3])
+  if kind == "day_before_yesterday":
+    return _day(*(today - timedelta(days=2)).timetuple()[:3])
+  if kind == "yesterday":
+    return _day(*(today - timedelta(days=1)).timetuple()[:3])
+  if kind == "today":
+    return today, today + timedelta(days=1)
+  return None
+
+
+def parse_time_range(query: str, now: Optional[float]) -> Optional[TimeRange]:
+  """The period the query refers to, or None.
+
+  The earliest expression in the query wins; at the same position, the most
+  specific pattern (the order of ``_PATTERNS``). Absolute dates parse without
+  ``now``; relative ones need it and are ignored when it is None.
+  """
+  ref = datetime.fromtimestamp(now, tz=timezone.utc).replace(tzinfo=None) if now is not None else None
+  best: Optional[tuple[int, int, TimeRange]] = None
+  for order, (kind, pattern) in enumerate(_PATTERNS):
+    for m in pattern.finditer(query):
+      if best is not None and (m.start(), order) >= best[:2]:
+        break
+      needs_now = kind not in ("iso", "month_year", "year") and not (
+          kind in ("day_month", "month_day") and m.groupdict().get("year")
+      )
+      if needs_now and ref is None:
+        continue
+      try:
+        span = _resolve(kind, m, ref or datetime(1970, 1, 1))
+      except (ValueError, KeyError, OverflowError):
+        continue
+      if span is not None:
+        best = (m.start(), order, TimeRange(_ts(span[0]), _ts(span[1]), m.group(0)))
+        break
+  return best[2] if best else None
+
+
+_WHEN = re.compile(
+    r"\b(?:when|what\s+(?:date|day|time|year|month|week)|which\s+(?:date|day|year|month|week)|how\s+long\s+ago|how\s+long\s+has|since\s+when)\b",
+    re.I,
+)
+
+_TIME_EXPR = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|ago|last\s+(?:night|week|weekend|month|year|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|summer|winter|spring|fall)|"
+    r"this\s+(?:morning|week|weekend|month|year|summer)|next\s+(?:week|month|year)|"
+    r"(?:19|20)\d{2}|" + "|".join(m for m in MONTHS if len(m) > 3) + r"|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|recently|"
+    r"the\s+other\s+day|a\s+(?:few|couple\s+of)\s+(?:days|weeks|months)|since)\b",
+    re.I,
+)
+
+
+def is_when_question(query: str) -> bool:
+  """Asks for a time ("when did...", "what year..."), with or without a range."""
+  return bool(_WHEN.search(query))
+
+
+def has_time_expression(text: str) -> bool:
+  """States a time ("yesterday", "last week", "in 2022"): what answers a "when" question."""
+  return bool(_TIME_EXPR.search(text))
+
+
+def temporal_score(ts: Optional[float], span: Optional[TimeRange], margin_days: float) -> float:
+  """1 inside the range, falling linearly to 0 at ``margin_days`` outside it."""
+  if span is None or ts is None:
+    return 0.0
+  dist = span.distance_days(ts)
+  if dist == 0.0:
+    return 1.0
+  if margin_days <= 0.0:
+    return 0.0
+  return max(0.0, 1.0 - dist / margin_days)

@@ -1,0 +1,175 @@
+"""Plumbing shared by the Redis stores: clients, key naming, script calls.
+
+Kept apart from the stores so that every store names keys, encodes ids and
+reports Redis failures the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from typing import Iterable
+from typing import Sequence
+from urllib.parse import quote
+
+from redis import exceptions as redis_errors
+import redis.asyncio as redis_asyncio
+from redis.asyncio.cluster import RedisCluster
+
+from .errors import CorruptDataError
+from .errors import RedisStoreError
+from .errors import StoreUnavailableError
+
+RedisClient = Any  # redis.asyncio.Redis or redis.asyncio.RedisCluster
+
+DEFAULT_PREFIX = "aether"
+
+# Errors after which the command may or may not have run on the server.
+UNAVAILABLE_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+
+
+def make_client(
+    redis_client_or_url: Any, *, cluster: bool | None = None
+) -> tuple[RedisClient, bool]:
+  """Returns (client, owned): owned clients are closed by the store."""
+  if isinstance(redis_client_or_url, str):
+    url = redis_client_or_url
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+      raise ValueError(
+          f"Redis URL must start with redis://, rediss:// or unix://, got {url!r}"
+      )
+    if cluster:
+      return RedisCluster.from_url(url), True
+    return redis_asyncio.from_url(url), True
+  if not hasattr(redis_client_or_url, "evalsha"):
+    raise TypeError(
+        "Expected a redis:// or rediss:// URL or a redis.asyncio client, got"
+        f" {type(redis_client_or_url).__name__}"
+    )
+  return redis_client_or_url, False
+
+
+def is_cluster(client: RedisClient) -> bool:
+  """Cluster clients cannot run one script across slots, so stores split
+  app-wide writes from per-user writes."""
+  return isinstance(client, RedisCluster)
+
+
+def check_prefix(prefix: str) -> str:
+  """A brace in the prefix would become the hash tag and break slot
+  co-location."""
+  if not prefix or "{" in prefix or "}" in prefix:
+    raise ValueError(f"key_prefix must be non-empty and brace-free: {prefix!r}")
+  return prefix
+
+
+def enc(part: str) -> str:
+  """Percent-encodes an id so ':' '{' '}' in ids cannot collide or move the
+  hash tag; `a:b`/`c` and `a`/`b:c` get different keys."""
+  if not isinstance(part, str):
+    raise TypeError(f"Ids must be str, got {type(part).__name__}: {part!r}")
+  return quote(part, safe="")
+
+
+def user_tag(prefix: str, app_name: str, user_id: str) -> str:
+  """Key stem whose hash tag puts everything of one (app, user) in one slot."""
+  return f"{prefix}:{{{enc(app_name)}:{enc(user_id)}}}"
+
+
+def app_tag(prefix: str, app_name: str) -> str:
+  """Key stem for app-wide keys (own slot in Cluster)."""
+  return f"{prefix}:{{{enc(app_name)}}}"
+
+
+def text(value: Any) -> str:
+  """Decodes replies from clients with or without decode_responses."""
+  if isinstance(value, bytes):
+    return value.decode("utf-8")
+  return value
+
+
+def pairs(flat: Sequence[Any]) -> list[tuple[str, Any]]:
+  """[k1, v1, k2, v2] -> [(k1, v1), ...] with decoded keys."""
+  return [(text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
+
+
+def flatten(mapping: Iterable[tuple[str, str]]) -> list[str]:
+  """Builds the `n k1 v1 ... kn vn` ARGV block the scripts read."""
+  items = list(mapping)
+  out: list[str] = [str(len(items))]
+  for k, v in items:
+    out.append(k)
+    out.append(v)
+  return out
+
+
+class Scripts:
+  """Registers Lua sources on one client; redis-py reloads on NOSCRIPT
+  (e.g. after a Redis restart)."""
+
+  def __init__(self, client: RedisClient, sources: dict[str, str]) -> None:
+    self._scripts = {
+        name: client.register_script(src) for name, src in sources.items()
+    }
+
+  async def run(
+      self,
+      name: str,
+      keys: Sequence[str],
+      args: Sequence[Any],
+      *,
+      operation: str,
+      hint: str = "",
+  ) -> Any:
+    """Runs a script and turns Redis failures into errors naming the key."""
+    try:
+      return await self._scripts[name](keys=list(keys), args=list(args))
+    except UNAVAILABLE_ERRORS as e:
+      raise StoreUnavailableError(operation, keys[0], e, hint) from e
+    except redis_errors.ResponseError as e:
+      raise_for_response(e, operation, keys)
+      raise  # unreachable
+
+
+def raise_for_response(
+    e: redis_errors.ResponseError, operation: str, keys: Sequence[str]
+) -> None:
+  """Maps a Redis error reply to a store error naming the key."""
+  msg = str(e)
+  if "AFCORRUPT" in msg:
+    # Scripts report `AFCORRUPT <key> <detail>` before writing anything.
+    rest = msg.split("AFCORRUPT", 1)[1].strip()
+    key, _, detail = rest.partition(" ")
+    raise CorruptDataError(key, detail) from e
+  if "WRONGTYPE" in msg:
+    raise CorruptDataError(
+        keys[0], f"{operation}: a key holds the wrong Redis type ({msg})"
+    ) from e
+  if "CROSSSLOT" in msg:
+    raise RedisStoreError(
+        f"{operation} on {keys[0]!r} touched keys in different Cluster slots:"
+        f" {msg}",
+        key=keys[0],
+    ) from e
+  raise RedisStoreError(
+      f"{operation} on {keys[0]!r} failed: {msg}", key=keys[0]
+  ) from e
+
+
+async def guarded(operation: str, key: str, awaitable: Any) -> Any:
+  """Awaits a plain Redis command with the same error mapping as scripts."""
+  try:
+    return await awaitable
+  except UNAVAILABLE_ERRORS as e:
+    raise StoreUnavailableError(operation, key, e) from e
+  except redis_errors.ResponseError as e:
+    raise_for_response(e, operation, [key])
+    raise
+
+
+def ttl_ms(ttl_seconds: float | None) -> str:
+  """TTL as the millisecond string scripts take; "0" disables expiry."""
+  if ttl_seconds is None:
+    return "0"
+  if ttl_seconds <= 0:
+    raise ValueError(f"ttl_seconds must be positive or None, got {ttl_seconds}")
+  return str(max(1, int(round(ttl_seconds * 1000))))

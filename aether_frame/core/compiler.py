@@ -255,9 +255,15 @@ class CompilerSession:
     # re-admitting old turns would move the cached prefix).
     spare = alloc.budgets["memory"] - memory_sel.used + alloc.budgets["evidence"] - evidence_sel.used
     spare += max(0, alloc.budgets["conversation"] - self._tail_cost(tail_start) - sum(i.tokens for i in inflight))
+    received = {"evidence": 0, "memory": 0}
     if spare > 0:
-      spare = self._readmit(evidence_sel, spare, events, statuses)
-      spare = self._readmit(memory_sel, spare, events, statuses)
+      left = self._readmit(evidence_sel, spare, events, statuses)
+      received["evidence"], spare = spare - left, left
+      left = self._readmit(memory_sel, spare, events, statuses)
+      received["memory"], spare = spare - left, left
+    for name, extra in received.items():
+      alloc.budgets[name] += extra
+      alloc.notes.append(f"{name} received {extra} unused tokens from other layers") if extra else None
     events.extend(tail_events)
 
     # ASSEMBLE + VALIDATE: measure the real payload, shrink until it fits.
@@ -601,6 +607,7 @@ class CompilerSession:
         "policy_hash": self.policy.policy_hash(),
         "layers": layers,
         "totals": {"tokens": totals["total"], "pct_used": totals["pct_used"], "unallocated": alloc.unallocated},
+        "allocation_notes": alloc.notes,
         "tail": {
             "history_len": len(self.history),
             "start": tail_start,

@@ -1,0 +1,174 @@
+"""The main job: a real ADK app, offline, whose every call goes out as a Context Pack.
+
+A ~30-turn research conversation with tool calls, evidence and memory runs
+under a deliberately small window (8K by default). Manifests land in a local
+``FileArtifactService`` folder; a per-call budget table is printed at the end.
+With ``GOOGLE_API_KEY`` set and ``--model gemini-…`` it talks to real Gemini.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.artifacts import FileArtifactService
+from google.adk.memory import InMemoryMemoryService
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
+
+from .adk.manifest_store import MANIFEST_FILENAME
+from .adk.plugin import ContextPackPlugin
+from .core import manifest as manifest_doc
+from .core.policy import PackPolicy
+from .offline_model import OfflineLlm, tool_call
+
+APP_NAME = "aether_demo"
+USER_ID = "demo-user"
+
+TOPICS = [
+    "pricing of the three competitors", "their onboarding flow", "enterprise security features",
+    "API rate limits", "customer support hours", "data residency options", "mobile apps",
+    "integration marketplace", "free tier limits", "roadmap announcements",
+]
+
+_NOTES = {
+    t: f"Notes on {t}: competitor A leads, B is catching up, C lags; see the source index for citations."
+    for t in TOPICS
+}
+
+
+def search_notes(query: str) -> dict[str, Any]:
+  """Searches the research notes for a topic."""
+  hits = [v for k, v in sorted(_NOTES.items()) if any(w in k for w in query.lower().split())]
+  return {"query": query, "hits": hits[:2] or ["no notes found"]}
+
+
+def save_finding(text: str) -> dict[str, str]:
+  """Records a finding for the final report."""
+  return {"status": "saved", "chars": str(len(text))}
+
+
+def _reply(llm_request) -> types.Content | str:
+  """Deterministic model: search when asked to, summarise tool results, else answer."""
+  last = llm_request.contents[-1]
+  if any(p.function_response for p in last.parts or ()):
+    resp = next(p.function_response for p in last.parts if p.function_response)
+    return f"Based on {resp.name}: {json.dumps(resp.response, sort_keys=True)[:160]}"
+  text = " ".join(p.text for p in last.parts or () if p.text)
+  request = text.rsplit("USER REQUEST (VERBATIM):", 1)[-1].strip()
+  if request.lower().startswith("search"):
+    return tool_call("search_notes", {"query": request.split(" ", 1)[-1][:60]})
+  return f"Noted ({len(request.split())} words). Next I will check the acceptance list."
+
+
+def _turns(n: int) -> list[str]:
+  out = []
+  for i in range(n):
+    topic = TOPICS[i % len(TOPICS)]
+    if i % 3 == 0:
+      out.append(f"search {topic}")
+    else:
+      detail = " ".join(f"Point {j}: the {topic} differ in detail {i}-{j}." for j in range(4 + (i * 7) % 23))
+      out.append(f"Turn {i}: here is what I found about {topic}. {detail}")
+  return out
+
+
+def _initial_state() -> dict[str, Any]:
+  return {
+      "plan": {
+          "goal": "Write a competitor analysis with sources.",
+          "role": "You are the Operator executing step 2 of the research plan.",
+          "step": "Extract the top differentiators per competitor and list risks and gaps.",
+          "step_id": "step-2",
+          "acceptance": ["Cite an artifact:// source for every claim", "List at least three risks", "Flag unknowns explicitly"],
+          "constraints": ["Answer in under 200 words", "Cost <= $0.20 per call"],
+      },
+      "tools": ["search_notes"],
+      "knowledge": [
+          {"uri": f"artifact://tasks/42/step-1/{t.replace(' ', '_')}.md",
+           "summary": f"Summary of {t}: " + " ".join(f"finding {k} about {t}." for k in range(6)),
+           "timestamp": 1767225600 + 3600 * n, "checklist": n < 2}
+          for n, t in enumerate(TOPICS)
+      ],
+  }
+
+
+async def run_demo(out_dir: Path, *, window: int = 8192, turns: int = 30, model: Optional[str] = None) -> list[dict[str, Any]]:
+  out_dir.mkdir(parents=True, exist_ok=True)
+  llm: Any = model if model else OfflineLlm(model="offline-demo", default=_reply)
+  agent = LlmAgent(
+      name="researcher",
+      model=llm,
+      instruction="You are a careful research assistant. Use tools when asked to search.",
+      tools=[search_notes, save_finding],
+  )
+  plugin = ContextPackPlugin(window=window, policy=PackPolicy(tool_scoping="mask"))
+  memory = InMemoryMemoryService()
+  runner = Runner(
+      app=App(name=APP_NAME, root_agent=agent, plugins=[plugin]),
+      session_service=InMemorySessionService(),
+      artifact_service=FileArtifactService(root_dir=str(out_dir)),
+      memory_service=memory,
+  )
+  # A previous session seeds long-term memory.
+  earlier = await runner.session_service.create_session(app_name=APP_NAME, user_id=USER_ID)
+  for fact in ("The user prefers concise bullet points.", "Competitor B was acquired in 2025.", "Budget approval is needed above $10k."):
+    async for _ in runner.run_async(user_id=USER_ID, session_id=earlier.id, new_message=types.Content(role="user", parts=[types.Part(text=fact)])):
+      pass
+  await memory.add_session_to_memory(await runner.session_service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=earlier.id))
+
+  session = await runner.session_service.create_session(app_name=APP_NAME, user_id=USER_ID, state=_initial_state())
+  for text in _turns(turns):
+    async for _ in runner.run_async(user_id=USER_ID, session_id=session.id, new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+      pass
+  manifests = []
+  versions = await runner.artifact_service.list_versions(app_name=APP_NAME, user_id=USER_ID, session_id=session.id, filename=MANIFEST_FILENAME)
+  for v in sorted(versions):
+    part = await runner.artifact_service.load_artifact(
+        app_name=APP_NAME, user_id=USER_ID, session_id=session.id, filename=MANIFEST_FILENAME, version=v
+    )
+    manifests.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"{MANIFEST_FILENAME} v{v}"))
+  if plugin.faults:
+    raise RuntimeError(f"the context plugin recorded {plugin.faults} fault(s); see the log")
+  return manifests
+
+
+def dropped_per_layer(doc: dict[str, Any]) -> dict[str, int]:
+  counts: dict[str, int] = {}
+  for ev in doc["truncation_events"]:
+    if ev["stage"] == "compress":
+      continue
+    n = len(ev.get("item_ids") or ()) or (ev["range"]["end"] - ev["range"]["start"] if "range" in ev else 0)
+    counts[ev["layer"]] = counts.get(ev["layer"], 0) + n
+  return counts
+
+
+def format_table(doc: dict[str, Any]) -> str:
+  dropped = dropped_per_layer(doc)
+  rows = [f"{'layer':<13}{'budget':>8}{'used':>8}{'dropped':>9}"]
+  for name in ("system", "task", "tools", "evidence", "memory", "conversation", "slack"):
+    layer = doc["layers"][name]
+    rows.append(f"{name:<13}{layer['budget']:>8}{layer['used']:>8}{dropped.get(name, 0):>9}")
+  rows.append(f"{'total':<13}{doc['usable']:>8}{doc['totals']['tokens']:>8}")
+  return "\n".join(rows)
+
+
+def main(out: str = "aether-frame-demo", window: int = 8192, turns: int = 30, model: Optional[str] = None) -> int:
+  if model and model.startswith("gemini") and not os.environ.get("GOOGLE_API_KEY"):
+    raise SystemExit("--model gemini-… needs GOOGLE_API_KEY set; omit --model to run offline")
+  out_dir = Path(out).resolve()
+  manifests = asyncio.run(run_demo(out_dir, window=window, turns=turns, model=model))
+  for n, doc in enumerate(manifests, 1):
+    status = "valid" if doc["valid"] else "INVALID: " + "; ".join(doc["problems"])
+    print(f"\ncall {n}  {doc['pack_id']}  agent={doc['agent']}  window={doc['window']}  "
+          f"used {doc['totals']['pct_used']}%  {status}")
+    print(format_table(doc))
+  print(f"\n{len(manifests)} manifests written under {out_dir}")
+  print(f"inspect one with: aether-frame inspect {out_dir}")
+  return 0

@@ -103,6 +103,9 @@ class IncrementalBM25:
       if key not in self._active:
         self.add(key, text)
 
+  def df(self, term: str) -> int:
+    return self._df.get(term, 0)
+
   def idf(self, term: str) -> float:
     df = self._df.get(term, 0)
     n = len(self._active)

@@ -147,7 +147,9 @@ class RetrievalWeights(BaseModel):
 
   mmr_lambda: float = Field(default=0.8, ge=0.0, le=1.0)
   mmr_threshold: float = Field(default=0.6, ge=0.0, lt=1.0)
-  """Similarity below which two items are not redundant at all."""
+  """Term-set Jaccard below which two items are not redundant at all."""
+  mmr_vector_threshold: float = Field(default=0.92, ge=0.0, lt=1.0)
+  """Embedding cosine below which two items are not redundant (with an embedder)."""
   mmr_pool: int = Field(default=300, ge=1)
   """Only the best ``mmr_pool`` items are diversified (MMR is quadratic)."""
 

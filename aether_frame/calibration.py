@@ -1,0 +1,219 @@
+"""Learns how far our token estimates are from what the model actually bills.
+
+Our counts come from a tiktoken encoding (or the byte estimate), not Gemini's
+tokenizer, and omit server-side framing. After each model call the runner
+feeds ``observe(model, estimate, actual)`` with ``usage_metadata.prompt_token_count``;
+``scale()`` turns the learned ratio into a multiplier for the next budget.
+State is a plain dict (``to_dict``/``from_dict``) so it can live in session state.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Calibrator", "DEFAULT_ALPHA", "MIN_RATIO", "MAX_RATIO"]
+
+DEFAULT_ALPHA = 0.3
+# One bad sample (e.g. a cached-content hit, or a prompt we did not build) must
+# not collapse or explode budgets: samples and the ratio stay in [0.5, 3.0].
+MIN_RATIO = 0.5
+MAX_RATIO = 3.0
+_STATE_VERSION = 1
+
+
+@dataclass
+class _ModelState:
+  ratio: float = 1.0
+  samples: int = 0
+  last_estimate: int | None = None
+  last_actual: int | None = None
+
+
+def _model_key(model: str) -> str:
+  """Treats "models/gemini-x" and "gemini-x" as the same model."""
+  model = str(model or "").strip()
+  return model[len("models/"):] if model.startswith("models/") else model
+
+
+def _positive_number(value: Any) -> float | None:
+  if value is None or isinstance(value, bool):
+    return None
+  try:
+    v = float(value)
+  except (TypeError, ValueError):
+    return None
+  if not math.isfinite(v) or v <= 0:
+    return None
+  return v
+
+
+def _clamp(v: float, lo: float, hi: float) -> float:
+  return lo if v < lo else hi if v > hi else v
+
+
+class Calibrator:
+  """Per-model EWMA of actual/estimate, clamped to [min_ratio, max_ratio].
+
+  - The first valid sample sets the ratio; later ones blend in with weight
+    ``alpha`` (0.3: a shift in the workload is mostly absorbed after ~5 calls).
+  - ``scale(model, margin)`` = max(ratio, floor) * (1 + margin). The default
+    floor is 1.0, so estimates are never shrunk: if our tokenizer over-counts
+    (ratio < 1) budgets stay as estimated. Set ``shrink_floor`` < 1 (bounded by
+    ``min_ratio``) to let a consistently over-counting tokenizer grow budgets;
+    that only applies after ``min_samples_to_shrink`` observations, so early
+    noise cannot overfill a window.
+  """
+
+  def __init__(
+      self,
+      alpha: float = DEFAULT_ALPHA,
+      *,
+      min_ratio: float = MIN_RATIO,
+      max_ratio: float = MAX_RATIO,
+      shrink_floor: float = 1.0,
+      min_samples_to_shrink: int = 3,
+  ) -> None:
+    if not 0.0 < alpha <= 1.0:
+      raise ValueError("alpha must be in (0, 1]")
+    if not 0.0 < min_ratio <= 1.0 <= max_ratio:
+      raise ValueError("need 0 < min_ratio <= 1 <= max_ratio")
+    if not min_ratio <= shrink_floor <= 1.0:
+      raise ValueError("shrink_floor must be in [min_ratio, 1.0]")
+    self.alpha = float(alpha)
+    self.min_ratio = float(min_ratio)
+    self.max_ratio = float(max_ratio)
+    self.shrink_floor = float(shrink_floor)
+    self.min_samples_to_shrink = max(0, int(min_samples_to_shrink))
+    self._models: dict[str, _ModelState] = {}
+    self._lock = threading.Lock()
+
+  # -- learning -------------------------------------------------------------
+
+  def observe(self, model: str, estimate: Any, actual: Any) -> float:
+    """Records one (estimate, actual) pair; returns the model's ratio after it.
+
+    Missing, non-numeric, non-finite or non-positive values are ignored (debug
+    log): usage metadata is absent on errors and some streaming chunks.
+    """
+    key = _model_key(model)
+    est = _positive_number(estimate)
+    act = _positive_number(actual)
+    if est is None or act is None:
+      logger.debug("calibration: ignoring sample for %r (estimate=%r, actual=%r)", key, estimate, actual)
+      return self.ratio(key)
+    sample = _clamp(act / est, self.min_ratio, self.max_ratio)
+    with self._lock:
+      st = self._models.get(key)
+      if st is None:
+        st = self._models[key] = _ModelState()
+      if st.samples == 0:
+        st.ratio = sample
+      else:
+        st.ratio = _clamp(self.alpha * sample + (1.0 - self.alpha) * st.ratio, self.min_ratio, self.max_ratio)
+      st.samples += 1
+      st.last_estimate = int(round(est))
+      st.last_actual = int(round(act))
+      return st.ratio
+
+  # -- reading --------------------------------------------------------------
+
+  def ratio(self, model: str) -> float:
+    st = self._models.get(_model_key(model))
+    return st.ratio if st is not None and st.samples else 1.0
+
+  def samples(self, model: str) -> int:
+    st = self._models.get(_model_key(model))
+    return st.samples if st is not None else 0
+
+  def scale(self, model: str, margin: float = 0.0) -> float:
+    """Multiplier for estimates: max(ratio, floor) * (1 + margin), margin >= 0."""
+    margin = max(0.0, float(margin))
+    st = self._models.get(_model_key(model))
+    r = st.ratio if st is not None and st.samples else 1.0
+    floor = 1.0
+    if st is not None and st.samples >= self.min_samples_to_shrink:
+      floor = self.shrink_floor
+    return max(r, floor) * (1.0 + margin)
+
+  def snapshot(self, model: str) -> dict[str, Any]:
+    """The manifest's view of one model's calibration."""
+    st = self._models.get(_model_key(model))
+    if st is None:
+      return {"ratio": 1.0, "samples": 0, "last_estimate": None, "last_actual": None}
+    return {
+        "ratio": st.ratio if st.samples else 1.0,
+        "samples": st.samples,
+        "last_estimate": st.last_estimate,
+        "last_actual": st.last_actual,
+    }
+
+  def models(self) -> list[str]:
+    return sorted(self._models)
+
+  def reset(self, model: str | None = None) -> None:
+    with self._lock:
+      if model is None:
+        self._models.clear()
+      else:
+        self._models.pop(_model_key(model), None)
+
+  # -- persistence ------------------------------------------------------------
+
+  def to_dict(self) -> dict[str, Any]:
+    """JSON-safe state, suitable for ADK session state."""
+    with self._lock:
+      models = {k: self.snapshot(k) for k in sorted(self._models)}
+    return {
+        "version": _STATE_VERSION,
+        "alpha": self.alpha,
+        "min_ratio": self.min_ratio,
+        "max_ratio": self.max_ratio,
+        "shrink_floor": self.shrink_floor,
+        "min_samples_to_shrink": self.min_samples_to_shrink,
+        "models": models,
+    }
+
+  @classmethod
+  def from_dict(cls, data: Mapping[str, Any] | None) -> "Calibrator":
+    """Restores state; tolerant of partial or hand-edited dicts (bad entries dropped)."""
+    data = data or {}
+    kwargs: dict[str, Any] = {}
+    for name in ("alpha", "min_ratio", "max_ratio", "shrink_floor", "min_samples_to_shrink"):
+      if data.get(name) is not None:
+        kwargs[name] = data[name]
+    try:
+      cal = cls(**kwargs)
+    except (TypeError, ValueError) as e:
+      logger.debug("calibration: bad settings in persisted state (%s); using defaults", e)
+      cal = cls()
+    models = data.get("models") or {}
+    if not isinstance(models, Mapping):
+      return cal
+    for model, snap in models.items():
+      if not isinstance(snap, Mapping):
+        continue
+      ratio = _positive_number(snap.get("ratio"))
+      try:
+        samples = int(snap.get("samples") or 0)
+      except (TypeError, ValueError):
+        samples = 0
+      if ratio is None or samples <= 0:
+        continue
+      last_e = _positive_number(snap.get("last_estimate"))
+      last_a = _positive_number(snap.get("last_actual"))
+      cal._models[_model_key(model)] = _ModelState(
+          ratio=_clamp(ratio, cal.min_ratio, cal.max_ratio),
+          samples=samples,
+          last_estimate=int(last_e) if last_e is not None else None,
+          last_actual=int(last_a) if last_a is not None else None,
+      )
+    return cal
+
+  def __repr__(self) -> str:
+    return f"Calibrator(alpha={self.alpha}, models={self.models()})"

@@ -1,0 +1,345 @@
+"""``HybridRanker``: the ``Ranker`` the compiler calls for EVIDENCE and MEMORY items.
+
+Pipeline per call (seed 002): detect the recall mode -> lexical BM25 (+ vector
+similarity when an embedder is configured) -> fuse -> add the other signals
+(adjacency, temporal, freshness, access, salience, continuity) -> MMR so that
+near-duplicates do not crowd out other evidence. Every item leaves with its
+components in ``meta["explain"]``, so a drop in the manifest says why.
+
+The ranker object persists across the calls of one session: the BM25 index
+and the vector cache are updated incrementally (keyed by item id + content
+hash). Scores depend only on (query, items, now, weights), never on history.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from aether_frame.core.items import Item, Layer
+
+from .dedup import NearDuplicateIndex
+from .decay import freshness as decay_freshness
+from .embed import Embedder, VectorCache
+from .fusion import max_normalise, min_max_normalise, ranks, rrf
+from .lexical import DocKey, IncrementalBM25
+from .mmr import mmr
+from .modes import detect_mode
+from .temporal import has_time_expression, is_when_question, parse_time_range, temporal_score
+from .text import content_hash, tokenize, unique_terms
+from .weights import RetrievalWeights
+
+logger = logging.getLogger(__name__)
+
+ND = 6
+"""Digits every score component is rounded to (determinism across platforms)."""
+
+CONVERSATIONAL_KINDS = frozenset({"recall", "turn", "conversation"})
+"""Kinds whose items form a timeline (adjacency and continuity apply)."""
+
+_RENDER_PREFIX = re.compile(r"^\s*\[[^\]\n]{1,64}\]\s*")
+
+
+def default_index_text(item: Item) -> str:
+  """What is indexed: ``meta["index_text"]`` or the text minus a rendered ``[date]`` prefix.
+
+  The date prefix is the temporal signal's business; indexed as words it
+  would make every turn of a month match "May".
+  """
+  explicit = item.meta.get("index_text")
+  if isinstance(explicit, str):
+    return explicit
+  return _RENDER_PREFIX.sub("", item.text, count=1)
+
+
+@dataclass
+class _Static:
+  """Query-independent features of one indexed document, computed once."""
+
+  salience: float
+  time_expr: bool
+  terms: frozenset
+
+
+def _r(x: float) -> float:
+  return round(x, ND) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+
+class HybridRanker:
+  """BM25 (+ optional vectors) fused with adjacency, time and prior signals, then MMR."""
+
+  def __init__(
+      self,
+      weights: Optional[RetrievalWeights] = None,
+      *,
+      embedder: Optional[Embedder] = None,
+      index_text: Callable[[Item], str] = default_index_text,
+  ) -> None:
+    self.weights = weights or RetrievalWeights()
+    self._lex = IncrementalBM25(k1=self.weights.bm25_k1, b=self.weights.bm25_b)
+    self.embedder = embedder
+    self._vectors = VectorCache(embedder) if embedder is not None else None
+    self._index_text = index_text
+    self._static: dict[DocKey, _Static] = {}
+    self._dups = NearDuplicateIndex(self.weights.mmr_threshold)
+    self._np_cache: dict[DocKey, Any] = {}
+    self.last_mode: Optional[str] = None
+    self.embedder_error: Optional[str] = None
+
+  # -- public ---------------------------------------------------------------
+
+  def rank(self, query: str, items: Sequence[Item], *, layer: Layer, now: Optional[float]) -> list[Item]:
+    explains = self.explain(query, items, now=now)
+    out = []
+    for item, ex in zip(items, explains):
+      meta = dict(item.meta)
+      meta["explain"] = ex
+      out.append(item.model_copy(update={"score": ex["score"], "meta": meta}))
+    return out
+
+  def explain(self, query: str, items: Sequence[Item], *, now: Optional[float]) -> list[dict[str, Any]]:
+    """The score components of every item, in input order (``rank`` without the copies)."""
+    n = len(items)
+    if n == 0:
+      return []
+    w = self.weights
+    mode = detect_mode(query)
+    self.last_mode = mode
+    ew = w.for_mode(mode)
+    profile = w.modes.get(mode)
+
+    texts = [self._index_text(it) for it in items]
+    keys: list[DocKey] = [(it.id, content_hash(t)) for it, t in zip(items, texts)]
+    self._lex.sync(zip(keys, texts))
+    statics = [self._static_for(k, t) for k, t in zip(keys, texts)]
+    self._dups.sync((k, st.terms) for k, st in zip(keys, statics))
+
+    # Relevance: BM25 and (optionally) vector similarity, fused.
+    bm = self._lex.scores(unique_terms(query))
+    bm25 = [bm.get(k, 0.0) for k in keys]
+    text_n = max_normalise(bm25)
+    sims = self._similarities(query, texts, keys) if ew["similarity"] > 0.0 else None
+    sim_n = min_max_normalise(sims) if sims is not None else [0.0] * n
+    rel_w = {"text": ew["text"], "similarity": ew["similarity"] if sims is not None else 0.0}
+    if w.fusion == "rrf":
+      rankings = {"text": ranks(text_n)}
+      if sims is not None:
+        rankings["similarity"] = ranks(sim_n)
+      relevance = rrf(rankings, rel_w, w.rrf_k)
+    else:
+      total = rel_w["text"] + rel_w["similarity"]
+      relevance = [(rel_w["text"] * a + rel_w["similarity"] * b) / total for a, b in zip(text_n, sim_n)]
+    relevance = [_r(x) for x in relevance]
+
+    # Timeline signals for conversation turns: adjacency and continuity.
+    timeline = self._timeline(items)
+    adjacency = self._adjacency(items, relevance, timeline)
+    continuity = self._continuity(items, timeline)
+
+    # Time: explicit ranges in the query, else a cue for "when ..." questions.
+    ref_now = now
+    if ref_now is None:
+      stamps = [it.provenance.timestamp for it in items if it.provenance.timestamp is not None]
+      ref_now = max(stamps) if stamps else None
+    span = parse_time_range(query, ref_now)
+    when = span is None and is_when_question(query)
+
+    access_raw = [float(it.meta.get("access_count") or 0) for it in items]
+    access_n = [math.log1p(a) for a in access_raw]
+    access_n = max_normalise(access_n)
+
+    cue_w = w.time_cue * profile.temporal
+    base: list[float] = []
+    comps: list[dict[str, Any]] = []
+    for i, it in enumerate(items):
+      ts = it.provenance.timestamp
+      la = it.meta.get("last_access")
+      fresh = decay_freshness(w.decay, timestamp=ts, now=ref_now, last_access=la if isinstance(la, (int, float)) else None)
+      sal = statics[i].salience
+      given = it.meta.get("salience")
+      if isinstance(given, (int, float)):
+        sal = min(1.0, max(0.0, float(given)))
+      tag = it.meta.get("type") if isinstance(it.meta.get("type"), str) else it.kind
+      if profile.boost and (tag in profile.boost_kinds or it.kind in profile.boost_kinds):
+        sal = min(1.0, sal + profile.boost)
+      temporal = temporal_score(ts, span, w.temporal_margin_days) if span is not None else 0.0
+      cue = 1.0 if (when and statics[i].time_expr) else 0.0
+      c = {
+          "bm25": _r(bm25[i]),
+          "text": _r(text_n[i]),
+          "similarity": _r(sim_n[i]) if sims is not None else 0.0,
+          "relevance": relevance[i],
+          "adjacency": _r(adjacency[i]),
+          "continuity": _r(continuity[i]),
+          "freshness": _r(fresh),
+          "access": _r(access_n[i]),
+          "salience": _r(sal),
+          "temporal": _r(temporal),
+          "time_cue": cue,
+      }
+      b = (
+          c["relevance"]
+          + ew["adjacency"] * c["adjacency"]
+          + ew["temporal"] * c["temporal"]
+          + cue_w * cue
+          + ew["freshness"] * c["freshness"]
+          + ew["access"] * c["access"]
+          + ew["salience"] * c["salience"]
+          + ew["continuity"] * c["continuity"]
+      )
+      base.append(_r(b))
+      comps.append(c)
+
+    picks = self._diversify(base, keys, statics, sims)
+    out: list[dict[str, Any]] = [{} for _ in range(n)]
+    for rank, (i, value, red, similar_to) in enumerate(picks, start=1):
+      ex: dict[str, Any] = {"mode": mode, **comps[i], "base": base[i], "redundancy": red, "score": value, "rank": rank}
+      if similar_to is not None and red > 0.0:
+        ex["similar_to"] = items[similar_to].id
+      out[i] = ex
+    return out
+
+  # -- pieces ---------------------------------------------------------------
+
+  def _static_for(self, key: DocKey, text: str) -> _Static:
+    st = self._static.get(key)
+    if st is None:
+      terms = frozenset(tokenize(text))
+      # Content-bearing turns state things; "haha, thanks!" does not.
+      st = _Static(salience=_r(min(1.0, len(terms) / 16.0)), time_expr=has_time_expression(text), terms=terms)
+      if len(self._static) > 200_000:
+        self._static.clear()
+      self._static[key] = st
+    return st
+
+  def _similarities(self, query: str, texts: list[str], keys: list[DocKey]) -> Optional[list[float]]:
+    if self._vectors is None:
+      return None
+    try:
+      qv = self._vectors.get_many([query], purpose="query")[0]
+      vecs = self._vectors.get_many(texts, purpose="document")
+    except Exception as e:  # an offline Gemini must not take the pack down
+      if self.embedder_error is None:
+        logger.warning("aether-frame: embedder %s failed (%s); ranking lexically", self.embedder.name, e)
+      self.embedder_error = f"{type(e).__name__}: {e}"
+      return None
+    try:
+      import numpy as np
+    except ImportError:
+      from .embed import dot
+
+      return [_r(dot(qv, v)) for v in vecs]
+    mat = np.asarray(vecs, dtype=np.float64)
+    self._last_matrix = mat
+    return [_r(float(x)) for x in mat @ np.asarray(qv, dtype=np.float64)]
+
+  def _timeline(self, items: Sequence[Item]) -> list[int]:
+    """Indices of conversational items in time order (ties: input order)."""
+    conv = [i for i, it in enumerate(items) if it.kind in CONVERSATIONAL_KINDS]
+    return sorted(conv, key=lambda i: (items[i].provenance.timestamp is not None, items[i].provenance.timestamp or 0.0, i))
+
+  def _linked(self, items: Sequence[Item], a: int, b: int) -> bool:
+    ta, tb = items[a].provenance.timestamp, items[b].provenance.timestamp
+    if ta is None or tb is None:
+      return ta is None and tb is None
+    return abs(tb - ta) <= self.weights.adjacency_max_gap_s
+
+  def _adjacency(self, items: Sequence[Item], relevance: list[float], timeline: list[int]) -> list[float]:
+    """For each turn: the best relevance among its neighbours, discounted by distance."""
+    n = len(relevance)
+    out = [0.0] * n
+    window, decay = self.weights.adjacency_window, self.weights.adjacency_decay
+    if window == 0 or not timeline:
+      return out
+    pos = len(timeline)
+    for p in range(pos):
+      i = timeline[p]
+      if relevance[i] <= 0.0:
+        continue
+      # Spread i's relevance to its neighbours within the window, stopping at session breaks.
+      for direction in (-1, 1):
+        prev = i
+        for d in range(1, window + 1):
+          q = p + direction * d
+          if q < 0 or q >= pos:
+            break
+          j = timeline[q]
+          if not self._linked(items, prev, j):
+            break
+          contrib = relevance[i] * decay ** (d - 1)
+          if contrib > out[j]:
+            out[j] = contrib
+          prev = j
+    top = max(relevance, default=0.0)
+    return [x / top for x in out] if top > 0.0 else out
+
+  def _continuity(self, items: Sequence[Item], timeline: list[int]) -> list[float]:
+    """Turns of the newest session, decaying with distance from its end; working notes 1."""
+    out = [1.0 if it.kind == "working" else 0.0 for it in items]
+    horizon = self.weights.continuity_turns
+    for back, p in enumerate(range(len(timeline) - 1, -1, -1)):
+      i = timeline[p]
+      if back > 0 and not self._linked(items, i, timeline[p + 1]):
+        break
+      out[i] = math.exp(-back / horizon)
+    return out
+
+  def _diversify(
+      self, base: list[float], keys: list[DocKey], statics: list[_Static], sims: Optional[list[float]]
+  ) -> list[tuple[int, float, float, Optional[int]]]:
+    """MMR over the best ``mmr_pool`` items; the rest keep ``lam * base`` in base order."""
+    w = self.weights
+    lam, n = w.mmr_lambda, len(base)
+    order = sorted(range(n), key=lambda i: (-base[i], i))
+    pool = order[: w.mmr_pool]
+    rest = order[w.mmr_pool :]
+    neighbours = self._neighbours(pool, keys, sims)
+    picks = mmr([base[i] for i in pool], neighbours, lam=lam, threshold=w.mmr_threshold, ndigits=ND)
+    out = [(pool[p.index], p.value, p.redundancy, pool[p.similar_to] if p.similar_to is not None else None) for p in picks]
+    out.extend((i, _r(lam * base[i]), 0.0, None) for i in rest)
+    return out
+
+  def _neighbours(self, pool: list[int], keys: list[DocKey], sims: Optional[list[float]]):
+    """Pairs above the MMR threshold: term-set Jaccard from the near-duplicate index, and
+    embedding cosine when vectors exist (the larger of the two counts)."""
+    threshold = self.weights.mmr_threshold
+    where: dict[DocKey, list[int]] = {}
+    for p, i in enumerate(pool):
+      where.setdefault(keys[i], []).append(p)
+    dense: Optional[dict[int, dict[int, float]]] = None
+    if sims is not None and getattr(self, "_last_matrix", None) is not None:
+      import numpy as np
+
+      sub = self._last_matrix[pool]
+      gram = sub @ sub.T
+      vt = self.weights.mmr_vector_threshold
+      dense = {}
+      rows, cols = np.nonzero(gram > vt)
+      for a, b in zip(rows.tolist(), cols.tolist()):
+        if a != b:
+          # Rescale so that vt maps onto the Jaccard threshold: one redundancy scale for both.
+          dense.setdefault(a, {})[b] = threshold + (float(gram[a, b]) - vt) / (1.0 - vt) * (1.0 - threshold)
+
+    def neighbours(p: int) -> Iterable[tuple[int, float]]:
+      row: dict[int, float] = {}
+      for q in where[keys[pool[p]]]:  # the same text under the same id twice
+        if q != p:
+          row[q] = 1.0
+      for other, j in self._dups.pairs(keys[pool[p]]).items():
+        for q in where.get(other, ()):
+          row[q] = max(row.get(q, 0.0), j)
+      if dense is not None:
+        for q, s in dense.get(p, {}).items():
+          if s > row.get(q, 0.0):
+            row[q] = s
+      return sorted(row.items())
+
+    return neighbours
+
+
+def default_ranker(*, embedder: Optional[Embedder] = None, weights: Optional[RetrievalWeights] = None) -> HybridRanker:
+  """The ranker the plugin uses when none is given: lexical hybrid, no extra packages."""
+  return HybridRanker(weights, embedder=embedder)

@@ -1,0 +1,306 @@
+"""ADK memory service on Redis with BM25 ranking shared by all workers.
+
+The inverted index (postings, document lengths, document count) lives in
+Redis, scoped per app and user, so a memory written by one worker ranks the
+same way on every other. Terms come from aether_frame.retrieval.text.tokenize,
+the tokenizer every aether-frame lexical index uses.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from collections.abc import Sequence
+from datetime import datetime
+import hashlib
+import json
+from typing import Any
+from typing import TYPE_CHECKING
+
+from google.adk.memory import _utils as memory_utils
+from google.adk.memory.base_memory_service import BaseMemoryService
+from google.adk.memory.base_memory_service import SearchMemoryResponse
+from google.adk.memory.memory_entry import MemoryEntry
+from pydantic import ValidationError
+from typing_extensions import override
+
+from ..retrieval.text import tokenize
+from . import _redis_util as ru
+from ._memory_lua import MEMORY_SOURCES
+from .errors import CorruptDataError
+from .errors import RedisStoreError
+
+if TYPE_CHECKING:
+  from google.adk.events.event import Event
+  from google.adk.sessions.session import Session
+
+UNKNOWN_SESSION_ID = "__unknown_session_id__"  # same marker as ADK's services
+SCORE_KEY = "bm25_score"  # custom_metadata key carrying the search score
+_BATCH = 200  # documents per script call, to keep Redis responsive
+_MAX_RETRIES = 20
+
+
+def entry_text(content: Any) -> str:
+  """The searchable text of a Content: its non-thought text parts."""
+  if content is None or not content.parts:
+    return ""
+  parts = [
+      p.text.strip()
+      for p in content.parts
+      if p.text and not getattr(p, "thought", False) and p.text.strip()
+  ]
+  return " ".join(parts)
+
+
+class _IndexKeys:
+  """Keys of one (app, user) index, all under the user's hash tag."""
+
+  def __init__(self, prefix: str, app_name: str, user_id: str) -> None:
+    base = ru.user_tag(prefix, app_name, user_id) + ":mem"
+    self.base = base
+    self.fixed = [
+        f"{base}:docs",
+        f"{base}:lens",
+        f"{base}:ts",
+        f"{base}:terms",
+        f"{base}:stats",
+        f"{base}:deleted",
+    ]
+
+  def term(self, encoded_term: str) -> str:
+    return f"{self.base}:t:{encoded_term}"
+
+
+class RedisMemoryService(BaseMemoryService):
+  """BM25-ranked long-term memory in Redis, one index per app and user.
+
+  Args:
+    redis: a `redis://` / `rediss://` URL or a ready redis.asyncio client.
+    key_prefix: first segment of every key.
+    max_results: memories returned by search_memory.
+    k1, b: BM25 parameters.
+  """
+
+  def __init__(
+      self,
+      redis: Any,
+      *,
+      key_prefix: str = ru.DEFAULT_PREFIX,
+      max_results: int = 10,
+      k1: float = 1.2,
+      b: float = 0.75,
+      cluster: bool | None = None,
+  ) -> None:
+    self._client, self._owns_client = ru.make_client(redis, cluster=cluster)
+    self._prefix = ru.check_prefix(key_prefix)
+    self._scripts = ru.Scripts(self._client, MEMORY_SOURCES)
+    self.max_results = max_results
+    self.k1 = k1
+    self.b = b
+
+  @property
+  def client(self) -> Any:
+    return self._client
+
+  async def close(self) -> None:
+    if self._owns_client:
+      await self._client.aclose()
+
+  @override
+  async def add_session_to_memory(self, session: Session) -> None:
+    await self.add_events_to_memory(
+        app_name=session.app_name,
+        user_id=session.user_id,
+        events=session.events,
+        session_id=session.id,
+    )
+
+  @override
+  async def add_events_to_memory(
+      self,
+      *,
+      app_name: str,
+      user_id: str,
+      events: Sequence[Event],
+      session_id: str | None = None,
+      custom_metadata: Mapping[str, object] | None = None,
+  ) -> None:
+    entries = []
+    for event in events:
+      if not entry_text(event.content):
+        continue
+      meta = dict(custom_metadata or {})
+      meta.update({
+          "session_id": session_id or UNKNOWN_SESSION_ID,
+          "event_id": event.id,
+          "invocation_id": event.invocation_id,
+          "event_timestamp": event.timestamp,
+      })
+      entries.append((
+          MemoryEntry(
+              id=event.id or _content_id(event.author, event.timestamp, event.content),
+              content=event.content.model_copy(deep=True),
+              author=event.author,
+              timestamp=memory_utils.format_timestamp(event.timestamp),
+              custom_metadata=meta,
+          ),
+          float(event.timestamp),
+      ))
+    await self._index(app_name, user_id, entries, mode="events")
+
+  @override
+  async def add_memory(
+      self,
+      *,
+      app_name: str,
+      user_id: str,
+      memories: Sequence[MemoryEntry],
+      custom_metadata: Mapping[str, object] | None = None,
+  ) -> None:
+    """Explicit writes; an entry without id gets one derived from its
+    content, so re-adding the same entry does not duplicate it."""
+    entries = []
+    for memory in memories:
+      meta = dict(custom_metadata or {})
+      meta.update(memory.custom_metadata)
+      entry = memory.model_copy(update={"custom_metadata": meta}, deep=True)
+      if not entry.id:
+        entry.id = _content_id(entry.author, entry.timestamp, entry.content)
+      entries.append((entry, _unix_time(entry)))
+    await self._index(app_name, user_id, entries, mode="explicit")
+
+  @override
+  async def search_memory(
+      self, *, app_name: str, user_id: str, query: str
+  ) -> SearchMemoryResponse:
+    terms = list(dict.fromkeys(tokenize(query or "")))
+    if not terms:
+      return SearchMemoryResponse()
+    keys = _IndexKeys(self._prefix, app_name, user_id)
+    rows = await self._scripts.run(
+        "search",
+        keys.fixed + [keys.term(ru.enc(t)) for t in terms],
+        [repr(self.k1), repr(self.b), str(self.max_results)],
+        operation="search_memory",
+    )
+    memories = []
+    for i in range(0, len(rows), 3):
+      memory_id, score, raw = ru.text(rows[i]), rows[i + 1], rows[i + 2]
+      try:
+        entry = MemoryEntry.model_validate_json(raw)
+      except ValidationError as e:
+        raise CorruptDataError(
+            keys.fixed[0], f"memory {memory_id!r} is not a MemoryEntry: {e}"
+        ) from e
+      entry.custom_metadata[SCORE_KEY] = float(ru.text(score))
+      memories.append(entry)
+    return SearchMemoryResponse(memories=memories)
+
+  @override
+  async def delete_memory(
+      self,
+      *,
+      app_name: str,
+      user_id: str,
+      memory_id: str | None = None,
+  ) -> None:
+    """Removes the memory from the index and stops event ingestion from
+    bringing it back."""
+    if not memory_id:
+      return
+    keys = _IndexKeys(self._prefix, app_name, user_id)
+    terms: list[str] = []
+    for _ in range(_MAX_RETRIES):
+      res = await self._scripts.run(
+          "delete",
+          keys.fixed + [keys.term(t) for t in terms],
+          [memory_id, str(len(terms)), *terms],
+          operation="delete_memory",
+      )
+      if ru.text(res[0]) == "ok":
+        return
+      terms = sorted(set(terms) | {ru.text(t) for t in res[1:]})
+    raise RedisStoreError(
+        f"delete_memory on {keys.fixed[0]!r} kept racing concurrent writers",
+        key=keys.fixed[0],
+    )
+
+  async def count(self, *, app_name: str, user_id: str) -> int:
+    """Number of memories indexed for (app, user)."""
+    key = _IndexKeys(self._prefix, app_name, user_id).fixed[4]
+    n = await ru.guarded("count", key, self._client.hget(key, "n"))
+    return int(ru.text(n) or 0)
+
+  async def _index(
+      self,
+      app_name: str,
+      user_id: str,
+      entries: list[tuple[MemoryEntry, float]],
+      *,
+      mode: str,
+  ) -> None:
+    """Upserts entries (last wins per id) in batches, each batch atomic."""
+    by_id = {entry.id: (entry, ts) for entry, ts in entries}
+    items = list(by_id.items())
+    keys = _IndexKeys(self._prefix, app_name, user_id)
+    for start in range(0, len(items), _BATCH):
+      await self._index_batch(keys, items[start : start + _BATCH], mode)
+
+  async def _index_batch(
+      self, keys: _IndexKeys, items: list[tuple[Any, Any]], mode: str
+  ) -> None:
+    docs = []
+    names: dict[str, int] = {}
+    for memory_id, (entry, ts) in items:
+      tf = Counter(ru.enc(t) for t in tokenize(entry_text(entry.content)))
+      for term in tf:
+        names.setdefault(term, len(names) + 1)
+      docs.append((memory_id, entry, ts, tf))
+    extra: set[str] = set()
+    for _ in range(_MAX_RETRIES):
+      all_names = list(names) + sorted(extra - names.keys())
+      args: list[str] = [mode, str(len(all_names)), *all_names, str(len(docs))]
+      for memory_id, entry, ts, tf in docs:
+        args += [
+            memory_id,
+            entry.model_dump_json(exclude_none=True),
+            repr(ts),
+            str(sum(tf.values())),
+            " ".join(tf),
+            str(len(tf)),
+        ]
+        for term, count in tf.items():
+          args += [str(names[term]), str(count)]
+      res = await self._scripts.run(
+          "add",
+          keys.fixed + [keys.term(t) for t in all_names],
+          args,
+          operation="add to memory",
+      )
+      if ru.text(res[0]) == "ok":
+        return
+      extra |= {ru.text(t) for t in res[1:]}
+    raise RedisStoreError(
+        f"memory write on {keys.fixed[0]!r} kept racing concurrent writers",
+        key=keys.fixed[0],
+    )
+
+
+def _unix_time(entry: MemoryEntry) -> float:
+  """Recency for tie-breaks: provenance timestamp, else the ISO timestamp."""
+  ts = entry.custom_metadata.get("event_timestamp")
+  if isinstance(ts, (int, float)):
+    return float(ts)
+  if entry.timestamp:
+    try:
+      return datetime.fromisoformat(entry.timestamp).timestamp()
+    except ValueError:
+      pass
+  return 0.0
+
+
+def _content_id(author: Any, timestamp: Any, content: Any) -> str:
+  """Stable id for content without one, so retries upsert, not duplicate."""
+  body = content.model_dump_json(exclude_none=True) if content else ""
+  payload = json.dumps([author, timestamp, body])
+  return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]

@@ -1,0 +1,179 @@
+"""Step-scoped working memory: short-lived notes in Redis.
+
+Agents jot notes while a step runs; they expire on their own (TTL) unless the
+step completes and `checkpoint` moves them into long-term memory. Notes are
+keyed by app, user, session and step, so any worker can read or checkpoint
+them. A checkpoint writes to long-term memory first and deletes exactly the
+notes it wrote afterwards, so a crash in between re-sends (idempotently by
+note id) rather than loses notes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+import uuid
+
+from google.adk.events.event import Event
+from google.adk.memory import _utils as memory_utils
+from google.adk.memory.base_memory_service import BaseMemoryService
+from google.adk.memory.memory_entry import MemoryEntry
+from google.adk.platform import time as platform_time
+from google.genai import types
+from pydantic import ValidationError
+
+from . import _redis_util as ru
+from ._memory_lua import NOTE_SOURCES
+from .errors import CorruptDataError
+
+NOTE_KIND = "working_note"
+
+
+def _note_time(note: MemoryEntry) -> float:
+  return float(note.custom_metadata.get("event_timestamp", 0.0))
+
+
+class WorkingMemory:
+  """Notes per (app, user, session, step) that expire after `ttl_seconds`
+  (refreshed by every add_note to the step; None keeps them)."""
+
+  def __init__(
+      self,
+      redis_client_or_url: Any,
+      *,
+      ttl_seconds: float | None = 3600,
+      key_prefix: str = ru.DEFAULT_PREFIX,
+      cluster: bool | None = None,
+  ) -> None:
+    self._client, self._owns_client = ru.make_client(
+        redis_client_or_url, cluster=cluster
+    )
+    self._prefix = ru.check_prefix(key_prefix)
+    self._ttl = ru.ttl_ms(ttl_seconds)
+    self._scripts = ru.Scripts(self._client, NOTE_SOURCES)
+
+  async def close(self) -> None:
+    if self._owns_client:
+      await self._client.aclose()
+
+  def _steps_key(self, app_name: str, user_id: str, session_id: str) -> str:
+    tag = ru.user_tag(self._prefix, app_name, user_id)
+    return f"{tag}:wm:{ru.enc(session_id)}:steps"
+
+  def _step_key(
+      self, app_name: str, user_id: str, session_id: str, step_id: str
+  ) -> str:
+    tag = ru.user_tag(self._prefix, app_name, user_id)
+    return f"{tag}:wm:{ru.enc(session_id)}:step:{ru.enc(step_id)}"
+
+  async def add_note(
+      self,
+      app_name: str,
+      user_id: str,
+      session_id: str,
+      step_id: str,
+      text: str,
+      author: str | None = None,
+  ) -> MemoryEntry:
+    """Stores a note and returns it as the MemoryEntry list_notes yields."""
+    now = platform_time.get_time()
+    note = MemoryEntry(
+        id=f"note-{uuid.uuid4().hex}",
+        content=types.Content(role="user", parts=[types.Part(text=text)]),
+        author=author,
+        timestamp=memory_utils.format_timestamp(now),
+        custom_metadata={
+            "kind": NOTE_KIND,
+            "session_id": session_id,
+            "step_id": step_id,
+            "event_timestamp": now,
+        },
+    )
+    step_key = self._step_key(app_name, user_id, session_id, step_id)
+    await self._scripts.run(
+        "add",
+        [step_key, self._steps_key(app_name, user_id, session_id)],
+        [self._ttl, step_id, note.id, note.model_dump_json(exclude_none=True)],
+        operation="add_note",
+    )
+    return note
+
+  async def list_notes(
+      self,
+      app_name: str,
+      user_id: str,
+      session_id: str,
+      step_id: str | None = None,
+  ) -> list[MemoryEntry]:
+    """Live notes of one step (or of every step), oldest first."""
+    if step_id is None:
+      steps_key = self._steps_key(app_name, user_id, session_id)
+      members = await ru.guarded(
+          "list_notes", steps_key, self._client.smembers(steps_key)
+      )
+      steps = sorted(ru.text(m) for m in members)
+    else:
+      steps = [step_id]
+    step_keys = [
+        self._step_key(app_name, user_id, session_id, s) for s in steps
+    ]
+    if not step_keys:
+      return []
+    pipe = self._client.pipeline(transaction=False)
+    for key in step_keys:
+      pipe.hgetall(key)
+    replies = await ru.guarded("list_notes", step_keys[0], pipe.execute())
+    notes = []
+    for key, hashed in zip(step_keys, replies):
+      for note_id, raw in hashed.items():
+        try:
+          notes.append(MemoryEntry.model_validate_json(raw))
+        except ValidationError as e:
+          raise CorruptDataError(
+              key, f"note {ru.text(note_id)!r} is not a MemoryEntry: {e}"
+          ) from e
+    notes.sort(key=lambda n: (_note_time(n), n.id or ""))
+    return notes
+
+  async def checkpoint(
+      self,
+      app_name: str,
+      user_id: str,
+      session_id: str,
+      step_id: str,
+      memory_service: BaseMemoryService,
+  ) -> int:
+    """Moves the step's notes into long-term memory; returns how many notes
+    this call removed from working memory."""
+    notes = await self.list_notes(app_name, user_id, session_id, step_id)
+    if not notes:
+      return 0
+    try:
+      await memory_service.add_memory(
+          app_name=app_name, user_id=user_id, memories=notes
+      )
+    except NotImplementedError:
+      # Services without direct writes (e.g. InMemoryMemoryService) take
+      # events; the note id becomes the event id, so re-sends deduplicate.
+      await memory_service.add_events_to_memory(
+          app_name=app_name,
+          user_id=user_id,
+          session_id=session_id,
+          events=[
+              Event(
+                  id=n.id,
+                  invocation_id=step_id,
+                  author=n.author or "agent",
+                  timestamp=_note_time(n),
+                  content=n.content,
+              )
+              for n in notes
+          ],
+      )
+    step_key = self._step_key(app_name, user_id, session_id, step_id)
+    removed = await self._scripts.run(
+        "clear",
+        [step_key, self._steps_key(app_name, user_id, session_id)],
+        [step_id, *(n.id for n in notes)],
+        operation="checkpoint",
+    )
+    return int(removed)

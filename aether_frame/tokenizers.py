@@ -160,6 +160,9 @@ class TiktokenCounter:
     self.encoding_name = encoding
     self._encoding = tiktoken.get_encoding(encoding)
     self._encode = self._encoding.encode_ordinary
+    # Private but stable since tiktoken 0.1; fall back to the public method if it moves.
+    core = getattr(self._encoding, "_core_bpe", None)
+    self._core_encode = getattr(core, "encode_ordinary", None) or self._encode
     self.name = f"tiktoken:{encoding}"
     self.version = f"tiktoken-{tiktoken.__version__}/{encoding}"
     self._max = max(1, int(max_entries))
@@ -182,7 +185,7 @@ class TiktokenCounter:
         self._cache.move_to_end(k)
         self.hits += 1
         return v
-    c = len(self._encode(text))
+    c = self._encode_fast(text)
     with self._lock:
       self.misses += 1
       self._cache[k] = c
@@ -192,36 +195,51 @@ class TiktokenCounter:
 
   def count_many(self, texts: Sequence[str]) -> list[int]:
     """Counts with one cache pass; misses are encoded once each, in a plain loop."""
-    n = len(texts)
-    out: list[int] = [0] * n
-    keys = [self._key(t) for t in texts]
-    missing: dict[Any, list[int]] = {}
+    short = _SHORT_KEY_CHARS
+    blake = hashlib.blake2b
+    keys = [
+        t if len(t) <= short else blake(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        for t in texts
+    ]
     cache = self._cache
+    get = cache.get
+    touch = cache.move_to_end
+    out: list[Any] = [None] * len(keys)
+    miss_at: list[int] = []
     with self._lock:
       for i, k in enumerate(keys):
-        v = cache.get(k)
+        v = get(k)
         if v is None:
-          missing.setdefault(k, []).append(i)
+          miss_at.append(i)
         else:
-          cache.move_to_end(k)
+          touch(k)
           out[i] = v
-      self.hits += n - sum(len(ix) for ix in missing.values())
-    if not missing:
+      self.hits += len(keys) - len(miss_at)
+    if not miss_at:
       return out
-    encode = self._encode
-    computed = []
-    for k, idx in missing.items():
-      c = len(encode(texts[idx[0]]))
-      computed.append((k, c))
-      for i in idx:
-        out[i] = c
+    encode = self._encode_fast
+    fresh: dict[Any, int] = {}
+    for i in miss_at:
+      k = keys[i]
+      c = fresh.get(k)
+      if c is None:
+        c = fresh[k] = encode(texts[i])
+      out[i] = c
     with self._lock:
-      self.misses += len(computed)
-      for k, c in computed:
-        cache[k] = c
-      while len(cache) > self._max:
+      self.misses += len(fresh)
+      cache.update(fresh)
+      excess = len(cache) - self._max
+      for _ in range(excess):
         cache.popitem(last=False)
     return out
+
+  def _encode_fast(self, text: str) -> int:
+    """Calls the Rust core directly (skips a Python wrapper frame); the wrapper
+    handles lone surrogates, so fall back to it on UnicodeEncodeError."""
+    try:
+      return len(self._core_encode(text))
+    except UnicodeEncodeError:
+      return len(self._encode(text))
 
   def cache_info(self) -> dict[str, int]:
     return {"hits": self.hits, "misses": self.misses, "size": len(self._cache), "max": self._max}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import math
 import os
@@ -421,7 +422,11 @@ _CJK = list("的一是不了人我在有他这中大来上国个到说们为子�
 
 _english = st.lists(st.sampled_from(_WORDS), min_size=1, max_size=80).map(" ".join)
 _code = st.lists(st.sampled_from(_CODE), min_size=1, max_size=120).map(" ".join)
-_code_tight = st.lists(st.sampled_from(_CODE), min_size=1, max_size=120).map("".join)
+# Real code lines (stdlib modules), so letter runs are real identifiers: random
+# concatenations like "defdefx0(" are not a realistic sample.
+_CODE_LINES = [ln for m in (textwrap, json.decoder, json.encoder, subprocess)
+               for ln in inspect.getsource(m).splitlines() if ln.strip()]
+_code_tight = st.lists(st.sampled_from(_CODE_LINES), min_size=1, max_size=40).map("\n".join)
 _cjk = st.lists(st.sampled_from(_CJK), min_size=1, max_size=120).map("".join)
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False, allow_infinity=False)

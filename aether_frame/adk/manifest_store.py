@@ -1,42 +1,257 @@
-"""Writes each pack's manifest through the app's ArtifactService.
+"""Writes each pack's manifest, and its replayable inputs, through the app's ArtifactService.
 
 ADK versions an artifact per save, so one stable filename gives a versioned
-history per session: File locally, GCS in production, no storage code here.
+history per session: File locally, GCS in production (``GcsArtifactService``),
+no storage code here. The inputs (items, policy, history hash chunks) are
+content-addressed blobs written once per user, in a scope of their own so the
+plugin's ``list_artifacts`` never sees them. A store that fails or hangs does
+not stop the agent: the write goes to a local spool, flushed in order later.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
-from typing import Any, Callable, Optional
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
 
 from google.genai import types
 
+from ..audit import inputs as replay_inputs
+from ..audit.spool import Spool, default_spool_dir, entry_blobs, make_entry
 from ..core import manifest as manifest_doc
 
 logger = logging.getLogger("aether_frame." + __name__)
 
 MANIFEST_FILENAME = "context_pack/manifest.json"
 MANIFEST_MIME = "application/json"
+BLOB_SESSION = "_context_pack_blobs"
+"""The per-user artifact scope holding input blobs (a session id no real session has)."""
+BLOB_PREFIX = "context_pack/blobs/"
+DEFAULT_TIMEOUT = 5.0
+_KNOWN_MAX = 200_000
+_KNOWN_TTL = 6 * 3600.0
+"""Re-check blob existence after this long, so a lifecycle deletion is noticed."""
+
+
+def blob_filename(key: str) -> str:
+  return f"{BLOB_PREFIX}{key}.json"
+
+
+def store_uri(service: Any) -> str:
+  """Where a service stores, as ``aether-frame flush --to`` takes it."""
+  bucket = getattr(service, "bucket_name", None)
+  if bucket:
+    return f"gs://{bucket}"
+  root = getattr(service, "root_dir", None)
+  if root is not None:
+    return str(Path(root))
+  return f"{type(service).__name__}@{id(service):x}"
+
+
+@dataclass
+class FlushReport:
+  flushed: int = 0
+  already_stored: int = 0
+  pending: int = 0
+  errors: list[str] = field(default_factory=list)
 
 
 class ManifestWriter:
-  """Saves manifests; with no artifact service it logs once and keeps running."""
+  """Saves manifests; with no artifact service it logs once and keeps running.
 
-  def __init__(self, filename: str = MANIFEST_FILENAME):
+  ``spool_dir=False`` turns the spool off (store errors then propagate).
+  ``timeout`` bounds one store attempt: google-cloud-storage retries a dead
+  endpoint for up to 120 s, which must not stall a model call.
+  """
+
+  def __init__(
+      self,
+      filename: str = MANIFEST_FILENAME,
+      *,
+      store_inputs: bool = True,
+      chunk_size: int = replay_inputs.DEFAULT_CHUNK_SIZE,
+      blob_session: str = BLOB_SESSION,
+      spool_dir: Union[str, Path, None, bool] = None,
+      timeout: float = DEFAULT_TIMEOUT,
+  ):
     self.filename = filename
-    self._warned = False
+    self.store_inputs = store_inputs
+    self.chunk_size = chunk_size
+    self.blob_session = blob_session
+    self.spool = None if spool_dir is False else Spool(default_spool_dir() if spool_dir in (None, True) else spool_dir)
+    self.timeout = timeout
+    self._warned: set[str] = set()
     self.last_document: Optional[dict[str, Any]] = None
+    self.last_write: dict[str, Any] = {}
+    self.stats = {"stored": 0, "spooled": 0, "flushed": 0, "blobs_written": 0, "blob_bytes": 0, "manifest_bytes": 0}
+    self._known: set[tuple[str, str, str]] = set()
+    self._known_since = time.monotonic()
+    self._orphans: dict[str, asyncio.Task] = {}
+    self._flush_lock: Optional[asyncio.Lock] = None
+
+  # ---------------------------------------------------------------- document
+  def prepare(self, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The finalized document and the input blobs it references."""
+    blobs: dict[str, bytes] = {}
+    if self.store_inputs and compile_input is not None:
+      try:
+        enc = replay_inputs.encode(compile_input(), chunk_size=self.chunk_size)
+        body = {**body, replay_inputs.INPUTS_KEY: enc.section}
+        blobs = enc.blobs
+      except Exception as e:  # the manifest still matters without its inputs
+        self._warn("inputs", "replay inputs could not be encoded; manifest stored without them: %r", e)
+        runtime = {**runtime, "inputs_error": f"{type(e).__name__}: {e}"[:500]}
+    return manifest_doc.finalize(body, runtime), blobs
 
   def document(self, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> dict[str, Any]:
-    return manifest_doc.finalize(body, runtime)
+    return self.prepare(body, runtime, compile_input)[0]
 
+  # ------------------------------------------------------------------- write
   async def write(self, ctx, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> Optional[int]:
-    doc = self.document(body, runtime, compile_input)
+    """Stores the manifest; returns its version, or None if spooled or not stored."""
+    doc, blobs = self.prepare(body, runtime, compile_input)
     self.last_document = doc
-    if ctx._invocation_context.artifact_service is None:
-      if not self._warned:
-        self._warned = True
-        logger.warning("no artifact service configured; context-pack manifests are not stored")
+    ic = ctx._invocation_context
+    service = ic.artifact_service
+    if service is None:
+      self._warn("no-service", "no artifact service configured; context-pack manifests are not stored")
       return None
-    part = types.Part(inline_data=types.Blob(mime_type=MANIFEST_MIME, data=manifest_doc.dumps(doc)))
-    return await ctx.save_artifact(self.filename, part)
+    entry = make_entry(
+        store=store_uri(service), app=ic.app_name, user=ic.user_id, session=ic.session.id,
+        filename=self.filename, blob_session=self.blob_session, manifest=doc, blobs=blobs,
+    )
+    if self.spool is None:
+      return await self._store(service, entry, ctx=ctx)
+    if self.spool.pending(entry["store"]):
+      await self.flush(service)
+      if self.spool.pending(entry["store"]):
+        self._to_spool(entry, "earlier manifests are still waiting in the spool")
+        return None
+    task = asyncio.ensure_future(self._store(service, entry, ctx=ctx))
+    done, _ = await asyncio.wait({task}, timeout=self.timeout)
+    if task in done and task.exception() is None:
+      return task.result()
+    if task in done:
+      reason = f"{type(task.exception()).__name__}: {task.exception()}"
+    else:
+      reason = f"no answer within {self.timeout:g}s"
+    path = self._to_spool(entry, reason)
+    if task not in done:
+      self._orphans[path.name] = task  # may still land; flush checks before re-sending
+    return None
+
+  def _to_spool(self, entry: dict[str, Any], reason: str) -> Path:
+    entry["reason"] = reason[:500]
+    path = self.spool.add(entry)
+    self.stats["spooled"] += 1
+    self._warn("spool:" + reason.split(":")[0], "artifact store failed (%s); manifest spooled to %s, the run continues", reason, self.spool.root)
+    return path
+
+  async def _store(self, service, entry: dict[str, Any], *, ctx=None, dedupe: bool = False) -> int:
+    """Blobs first (a manifest never points at a missing blob), then the manifest."""
+    app, user = entry["app"], entry["user"]
+    blob_stats = await self._put_blobs(service, app, user, entry.get("blob_session", self.blob_session), entry_blobs(entry))
+    data = manifest_doc.dumps(entry["manifest"])
+    kw = dict(app_name=app, user_id=user, session_id=entry["session"], filename=entry["filename"])
+    if dedupe:
+      versions = await service.list_versions(**kw)
+      if versions:
+        latest = await service.load_artifact(**kw, version=max(versions))
+        if latest is not None and latest.inline_data is not None and _checksum(latest.inline_data.data) == entry["manifest"].get(manifest_doc.CHECKSUM_KEY):
+          return -1 - max(versions)  # already there (an earlier attempt landed after all)
+    part = types.Part(inline_data=types.Blob(mime_type=MANIFEST_MIME, data=data))
+    if ctx is not None:
+      version = await ctx.save_artifact(entry["filename"], part)
+    else:
+      version = await service.save_artifact(**kw, artifact=part)
+    self.stats["stored"] += 1
+    self.stats["manifest_bytes"] += len(data)
+    self.last_write = {"version": version, "manifest_bytes": len(data), **blob_stats}
+    return version
+
+  async def _put_blobs(self, service, app: str, user: str, blob_session: str, blobs: dict[str, bytes]) -> dict[str, int]:
+    if len(self._known) > _KNOWN_MAX or time.monotonic() - self._known_since > _KNOWN_TTL:
+      self._known.clear()
+      self._known_since = time.monotonic()
+    todo = [k for k in blobs if (app, user, k) not in self._known]
+    kw = dict(app_name=app, user_id=user, session_id=blob_session)
+    found = await asyncio.gather(*(service.list_versions(**kw, filename=blob_filename(k)) for k in todo))
+    missing = [k for k, versions in zip(todo, found) if not versions]
+    packed = {k: replay_inputs.pack_blob(blobs[k]) for k in missing}
+    await asyncio.gather(*(
+        service.save_artifact(**kw, filename=blob_filename(k), artifact=types.Part(inline_data=types.Blob(mime_type=mime, data=data)))
+        for k, (data, mime) in packed.items()
+    ))
+    self._known.update((app, user, k) for k in todo)
+    nbytes = sum(len(d) for d, _ in packed.values())
+    self.stats["blobs_written"] += len(missing)
+    self.stats["blob_bytes"] += nbytes
+    return {"blobs_written": len(missing), "blob_bytes": nbytes, "blobs_referenced": len(blobs)}
+
+  # ------------------------------------------------------------------- flush
+  async def flush(self, service, *, wait: float = 0.0) -> FlushReport:
+    """Uploads this store's spooled writes, oldest first; stops at the first failure.
+
+    ``wait`` gives a still-running earlier attempt that long to finish.
+    """
+    report = FlushReport()
+    if self.spool is None:
+      return report
+    if self._flush_lock is None:
+      self._flush_lock = asyncio.Lock()
+    store = store_uri(service)
+    async with self._flush_lock:
+      with self.spool.lock() as mine:
+        if not mine:
+          report.pending = len(self.spool.pending(store))
+          report.errors.append("another process is flushing this spool")
+          return report
+        for path in self.spool.pending(store):
+          orphan = self._orphans.get(path.name)
+          if orphan is not None:
+            if not orphan.done() and wait > 0:
+              await asyncio.wait({orphan}, timeout=wait)
+            if not orphan.done():
+              break  # an earlier attempt may still land; sending again could duplicate it
+            del self._orphans[path.name]
+            if not orphan.cancelled() and orphan.exception() is None:
+              self.spool.remove(path)  # it landed after all
+              report.already_stored += 1
+              continue
+          try:
+            entry = self.spool.read(path)
+            task = asyncio.ensure_future(self._store(service, entry, dedupe=True))
+            done, _ = await asyncio.wait({task}, timeout=max(self.timeout, wait))
+            if task not in done:
+              self._orphans[path.name] = task
+              report.errors.append(f"{path.name}: no answer within {max(self.timeout, wait):g}s")
+              break
+            version = task.result()
+          except Exception as e:
+            report.errors.append(f"{path.name}: {type(e).__name__}: {e}")
+            break
+          self.spool.remove(path)
+          if version < 0:
+            report.already_stored += 1
+          else:
+            report.flushed += 1
+            self.stats["flushed"] += 1
+        report.pending = len(self.spool.pending(store))
+    return report
+
+  def _warn(self, key: str, msg: str, *args) -> None:
+    if key in self._warned:
+      return
+    self._warned.add(key)
+    logger.warning(msg, *args)
+
+
+def _checksum(data: bytes) -> Optional[str]:
+  try:
+    return json.loads(data).get(manifest_doc.CHECKSUM_KEY)
+  except (ValueError, AttributeError):
+    return None

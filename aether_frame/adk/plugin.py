@@ -189,7 +189,7 @@ class ContextPackPlugin(BasePlugin):
     agent = ctx.agent_name
     policy = self.agent_policies.get(agent, self.policy)
     contents = list(llm_request.contents or [])
-    anchor = sources.anchor_index(contents)
+    anchor = sources.anchor_index(contents, ctx.user_content)
     if anchor is None:
       self._log_once("no-user-turn", logging.INFO, "request has no user turn; sent unmodified")
       return

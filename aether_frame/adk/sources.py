@@ -44,8 +44,22 @@ def is_human_user(content: types.Content) -> bool:
   return content.role == "user" and not has_response(content)
 
 
-def anchor_index(contents: Sequence[types.Content]) -> Optional[int]:
-  """The invocation's user turn: the last human user content."""
+def _texts(content: types.Content) -> list[str]:
+  return [p.text for p in content.parts or () if p.text]
+
+
+def anchor_index(contents: Sequence[types.Content], user_content: Optional[types.Content] = None) -> Optional[int]:
+  """The invocation's user turn.
+
+  The content matching the invocation's own user message when it is present
+  (after an agent transfer, later user-role "For context:" messages are part
+  of the invocation, not the request); otherwise the last human user content.
+  """
+  if user_content is not None and _texts(user_content):
+    want = _texts(user_content)
+    for i in range(len(contents) - 1, -1, -1):
+      if is_human_user(contents[i]) and _texts(contents[i]) == want:
+        return i
   for i in range(len(contents) - 1, -1, -1):
     if is_human_user(contents[i]):
       return i

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
-from .text import tokenize
+from .text import analyze
 
 DocKey = tuple[str, str]
 """(item id, content hash)."""
@@ -33,7 +33,7 @@ class IncrementalBM25:
       *,
       k1: float = 1.2,
       b: float = 0.75,
-      tokenizer: Callable[[str], list[str]] = tokenize,
+      tokenizer: Callable[[str], list[str]] = analyze,
       max_cached: int = 50_000,
   ) -> None:
     self.k1 = k1
@@ -111,7 +111,7 @@ class IncrementalBM25:
     n = len(self._active)
     return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
-  def scores(self, query_terms: Sequence[str]) -> dict[DocKey, float]:
+  def scores(self, query_terms: Sequence[str], weights: Optional[Sequence[float]] = None) -> dict[DocKey, float]:
     """BM25 of every active doc matching at least one term; summed in query-term order.
 
     Summation order is fixed by the query, so a doc's score does not depend on
@@ -122,13 +122,39 @@ class IncrementalBM25:
       return out
     avgdl = self.avgdl or 1.0
     k1, b = self.k1, self.b
-    for term in query_terms:
+    for qi, term in enumerate(query_terms):
       posting = self._postings.get(term)
       if not posting:
         continue
-      idf = self.idf(term)
+      idf = self.idf(term) * (weights[qi] if weights is not None else 1.0)
       for key, tf in posting.items():
         dl = self._active[key][1]
         part = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl))
         out[key] = out.get(key, 0.0) + part
     return out
+
+  def expansion_terms(
+      self, doc_scores: dict[DocKey, float], exclude: Iterable[str], *, docs: int, terms: int
+  ) -> list[tuple[str, float]]:
+    """Pseudo-relevance feedback (RM3-like): the terms that best characterise the top docs.
+
+    Each term of the ``docs`` best-scoring documents is weighted by
+    ``sum(score/top * tf/len) * idf``; the ``terms`` heaviest not in ``exclude``
+    come back with weights in (0, 1], heaviest first (ties by term).
+    """
+    top = sorted(doc_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:docs]
+    if not top or top[0][1] <= 0.0:
+      return []
+    best = top[0][1]
+    skip = set(exclude)
+    acc: dict[str, float] = {}
+    for key, score in top:
+      tf, length = self._active[key]
+      for term in sorted(tf):
+        if term not in skip and self._df[term] > 1:
+          acc[term] = acc.get(term, 0.0) + (score / best) * tf[term] / max(1, length)
+    weighted = sorted(((t, v * self.idf(t)) for t, v in acc.items()), key=lambda kv: (-kv[1], kv[0]))[:terms]
+    if not weighted:
+      return []
+    norm = weighted[0][1]
+    return [(t, v / norm) for t, v in weighted]

@@ -29,7 +29,7 @@ from .lexical import DocKey, IncrementalBM25
 from .mmr import mmr
 from .modes import detect_mode
 from .temporal import has_time_expression, is_when_question, parse_time_range, temporal_score
-from .text import content_hash, tokenize, unique_terms
+from .text import analyze, content_hash
 from .weights import RetrievalWeights
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,14 @@ class HybridRanker:
     self._dups.sync((k, st.terms) for k, st in zip(keys, statics))
 
     # Relevance: BM25 and (optionally) vector similarity, fused.
-    bm = self._lex.scores(unique_terms(query))
+    qterms = list(dict.fromkeys(analyze(query)))
+    bm = self._lex.scores(qterms)
+    if w.prf_weight > 0.0 and bm:
+      extra = self._lex.expansion_terms(bm, qterms, docs=w.prf_docs, terms=w.prf_terms)
+      if extra:
+        terms = qterms + [t for t, _ in extra]
+        tw = [1.0] * len(qterms) + [w.prf_weight * v for _, v in extra]
+        bm = self._lex.scores(terms, tw)
     bm25 = [bm.get(k, 0.0) for k in keys]
     text_n = max_normalise(bm25)
     sims = self._similarities(query, texts, keys) if ew["similarity"] > 0.0 else None
@@ -152,6 +159,7 @@ class HybridRanker:
     access_n = max_normalise(access_n)
 
     cue_w = w.time_cue * profile.temporal
+    authors = self._authors_named(query, items)
     base: list[float] = []
     comps: list[dict[str, Any]] = []
     for i, it in enumerate(items):
@@ -179,6 +187,7 @@ class HybridRanker:
           "salience": _r(sal),
           "temporal": _r(temporal),
           "time_cue": cue,
+          "author": 1.0 if (authors and it.provenance.author in authors) else 0.0,
       }
       b = (
           c["relevance"]
@@ -189,6 +198,7 @@ class HybridRanker:
           + ew["access"] * c["access"]
           + ew["salience"] * c["salience"]
           + ew["continuity"] * c["continuity"]
+          + ew["author"] * c["author"]
       )
       base.append(_r(b))
       comps.append(c)
@@ -204,10 +214,21 @@ class HybridRanker:
 
   # -- pieces ---------------------------------------------------------------
 
+  @staticmethod
+  def _authors_named(query: str, items: Sequence[Item]) -> frozenset:
+    """Authors of the candidates whose name (or first name) appears in the query."""
+    words = set(re.findall(r"[a-z0-9]+", query.lower()))
+    named = set()
+    for author in {it.provenance.author for it in items if it.provenance.author}:
+      parts = re.findall(r"[a-z0-9]+", author.lower())
+      if parts and (parts[0] in words or author.lower() in query.lower()):
+        named.add(author)
+    return frozenset(named)
+
   def _static_for(self, key: DocKey, text: str) -> _Static:
     st = self._static.get(key)
     if st is None:
-      terms = frozenset(tokenize(text))
+      terms = frozenset(analyze(text))
       # Content-bearing turns state things; "haha, thanks!" does not.
       st = _Static(salience=_r(min(1.0, len(terms) / 16.0)), time_expr=has_time_expression(text), terms=terms)
       if len(self._static) > 200_000:

@@ -50,3 +50,14 @@ def unique_terms(text: str) -> list[str]:
   for term in tokenize(text):
     seen.setdefault(term, None)
   return list(seen)
+
+
+def analyze(text: str) -> list[str]:
+  """``tokenize`` plus one more folding step for the retrieval index: a final "e" is dropped.
+
+  ``tokenize`` maps "dances" and "dancing" to "danc" but keeps "dance";
+  dropping the "e" joins them (and "store"/"stores", "hike"/"hiking").
+  A separate function, so ``tokenize`` (shared with the Redis memory
+  service) keeps its behaviour.
+  """
+  return [t[:-1] if len(t) > 3 and t.endswith("e") else t for t in tokenize(text)]

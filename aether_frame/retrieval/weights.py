@@ -23,6 +23,7 @@ SIGNALS: tuple[str, ...] = (
     "continuity",
     "adjacency",
     "temporal",
+    "author",
 )
 
 
@@ -61,6 +62,7 @@ class ModeProfile(BaseModel):
   continuity: float = Field(default=1.0, ge=0.0)
   adjacency: float = Field(default=1.0, ge=0.0)
   temporal: float = Field(default=1.0, ge=0.0)
+  author: float = Field(default=1.0, ge=0.0)
   boost_kinds: tuple[str, ...] = ()
   boost: float = Field(default=0.0, ge=0.0, le=1.0)
 
@@ -130,12 +132,20 @@ class RetrievalWeights(BaseModel):
   """Items inside a date range named by the query."""
   time_cue: float = Field(default=0.1, ge=0.0)
   """For "when ..." questions without a range: items that state a time."""
+  author: float = Field(default=0.0, ge=0.0)
+  """Items written by a person the query names (people questions are mostly about what they said)."""
+  """For "when ..." questions without a range: items that state a time."""
 
   fusion: Literal["weighted", "rrf"] = "weighted"
   rrf_k: int = Field(default=60, ge=1)
 
   bm25_k1: float = Field(default=1.2, ge=0.0)
   bm25_b: float = Field(default=0.75, ge=0.0, le=1.0)
+
+  prf_weight: float = Field(default=0.0, ge=0.0)
+  """Pseudo-relevance feedback: weight of expansion terms from the best lexical hits (0 = off)."""
+  prf_docs: int = Field(default=5, ge=1)
+  prf_terms: int = Field(default=10, ge=1)
 
   adjacency_window: int = Field(default=2, ge=0)
   adjacency_decay: float = Field(default=0.5, ge=0.0, le=1.0)

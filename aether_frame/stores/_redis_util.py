@@ -14,6 +14,8 @@ from urllib.parse import quote
 from redis import exceptions as redis_errors
 import redis.asyncio as redis_asyncio
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 from .errors import CorruptDataError
 from .errors import RedisStoreError
@@ -39,13 +41,20 @@ def make_client(
       )
     if cluster:
       return RedisCluster.from_url(url), True
-    return redis_asyncio.from_url(url), True
+    # from_url() alone never retries; every store operation is idempotent
+    # (appends dedupe by event id), so re-sending after a dropped reply is safe.
+    return redis_asyncio.Redis.from_url(url, retry=default_retry()), True
   if not hasattr(redis_client_or_url, "evalsha"):
     raise TypeError(
         "Expected a redis:// or rediss:// URL or a redis.asyncio client, got"
         f" {type(redis_client_or_url).__name__}"
     )
   return redis_client_or_url, False
+
+
+def default_retry() -> Retry:
+  """Reconnect a few times over ~1 s before reporting Redis unavailable."""
+  return Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), retries=6)
 
 
 def is_cluster(client: RedisClient) -> bool:

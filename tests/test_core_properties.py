@@ -1,0 +1,116 @@
+"""Property tests of the pure compiler over random histories, calls and windows.
+
+(a) the real token count plus the reserve fits the window, or
+    ``ContextBudgetExhausted`` is raised only when the fixed tiers cannot fit;
+(b) call/response groups are atomic (checked at request level in the
+    plugin properties; here: pending groups are never dropped);
+(c) every input item is in the pack or named by a truncation event;
+(d) identical inputs give identical bytes, also after a JSON round trip;
+(e) a warm incremental session equals the stateless ``compile_pack``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+from aether_frame.core import manifest as manifest_doc
+from aether_frame.core.allocator import ContextBudgetExhausted
+from aether_frame.core.compiler import CompileInput, CompilerSession, compile_pack
+from aether_frame.core.items import FIXED_LAYERS
+from aether_frame.core.rank import ScanHistoryIndex
+from aether_frame.retrieval import default_ranker
+from aether_frame.tokenizers import TiktokenCounter, get_counter
+
+from tests.strategies import check_accounting, compile_inputs, recount, reserve_of
+
+COUNTER = get_counter()
+OTHER_COUNTER = TiktokenCounter("o200k_base")
+assert isinstance(COUNTER, TiktokenCounter), "the property tests need the real o200k_base encoding"
+
+
+def _ranking(use_ranker: bool):
+  if not use_ranker:
+    return {}
+  ranker = default_ranker()
+  return {"ranker": ranker, "history_index": ScanHistoryIndex(ranker)}
+
+
+def _compile(inp: CompileInput, use_ranker: bool, counter=COUNTER):
+  return compile_pack(inp, counter, **_ranking(use_ranker))
+
+
+def _bytes(pack) -> tuple[str, bytes]:
+  return pack.payload, manifest_doc.dumps(manifest_doc.finalize(pack.manifest, {}))
+
+
+def _stripped(inp: CompileInput) -> CompileInput:
+  """Only what can never be dropped: fixed tiers, pinned history, in-flight steps."""
+  call = inp.call.model_copy(update={"items": [i for i in inp.call.items if i.layer in FIXED_LAYERS], "tail_hint": None})
+  return inp.model_copy(update={"history": [h for h in inp.history if h.pinned], "call": call})
+
+
+@given(inp=compile_inputs(), use_ranker=st.booleans())
+def test_pack_fits_window_and_accounts_for_every_item(inp, use_ranker):
+  """(a) + (c): real tokens + reserve <= window; nothing vanishes unrecorded."""
+  try:
+    pack = _compile(inp, use_ranker)
+  except ContextBudgetExhausted as e:
+    note(str(e))
+    assert e.window == inp.call.window
+    # Only the fixed tiers (plus what is pinned) may make a pack impossible.
+    with pytest.raises(ContextBudgetExhausted):
+      compile_pack(_stripped(inp), COUNTER)
+    return
+  call = inp.call
+  reserve = reserve_of(inp.policy, call.window, call.max_output_tokens)
+  real = recount(inp, pack, COUNTER)
+  note(f"real={real} reserve={reserve} window={call.window} scale={call.token_scale}")
+  assert pack.tokens == real == pack.manifest["totals"]["tokens"]
+  assert real <= math.floor((call.window - reserve) / call.token_scale)
+  assert real * call.token_scale + reserve <= call.window
+  check_accounting(inp, pack)
+
+
+@given(inp=compile_inputs(), use_ranker=st.booleans())
+def test_identical_inputs_give_identical_bytes(inp, use_ranker):
+  """(d): a second compile, from the JSON replay of the input, with another counter instance."""
+  replay = CompileInput.model_validate_json(inp.model_dump_json())
+  try:
+    first = _compile(inp, use_ranker)
+  except ContextBudgetExhausted as e:
+    with pytest.raises(ContextBudgetExhausted) as again:
+      _compile(replay, use_ranker, OTHER_COUNTER)
+    assert str(again.value) == str(e)
+    return
+  second = _compile(replay, use_ranker, OTHER_COUNTER)
+  assert _bytes(first) == _bytes(second)
+  assert first.conversation_ids == second.conversation_ids
+
+
+@given(inp=compile_inputs(), use_ranker=st.booleans(), data=st.data())
+def test_warm_incremental_session_equals_stateless_compile(inp, use_ranker, data):
+  """(e): extend one group at a time (compiling in between) == compile_pack."""
+  ranking = _ranking(use_ranker)
+  session = CompilerSession(inp.policy, COUNTER, **ranking)
+  checkpoints = data.draw(st.sets(st.integers(0, len(inp.history)), max_size=2), label="checkpoints")
+  for i, group in enumerate(inp.history):
+    if i in checkpoints:
+      try:  # an intermediate compile must leave no trace in the session
+        session.compile(inp.call)
+      except ContextBudgetExhausted:
+        pass
+    session.extend_history([group])
+  try:
+    warm = session.compile(inp.call)
+  except ContextBudgetExhausted as e:
+    with pytest.raises(ContextBudgetExhausted) as cold_err:
+      _compile(inp, use_ranker, OTHER_COUNTER)
+    assert str(cold_err.value) == str(e)
+    return
+  cold = _compile(inp, use_ranker, OTHER_COUNTER)
+  assert _bytes(warm) == _bytes(cold)
+  assert warm.tail_start_id == cold.tail_start_id

@@ -1,0 +1,850 @@
+"""RedisSessionService against a real redis-server.
+
+The contract tests run one scenario on ADK's own services and on ours and
+require equal observations; the rest check what ADK's services cannot show:
+tenant isolation, corrupt data, TTLs, Cluster slots, concurrent writers and
+Redis crashes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import multiprocessing
+import statistics
+import threading
+import time
+from typing import Any
+
+from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError
+from google.adk.events.event import Event
+from google.adk.events.event_actions import EventActions
+from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.in_memory_session_service import InMemorySessionService
+from google.adk.sessions.sqlite_session_service import SqliteSessionService
+from google.genai import types
+import pytest
+import redis
+import redis.asyncio as redis_asyncio
+from redis.asyncio.cluster import RedisCluster
+from redis.backoff import NoBackoff
+from redis.asyncio.retry import Retry
+from redis.crc import key_slot
+
+from aether_frame.stores import CorruptDataError
+from aether_frame.stores import DuplicateEventIdError
+from aether_frame.stores import RedisSessionService
+from aether_frame.stores import StoreUnavailableError
+from tests.fixtures.redis_server import aof_redis_server  # noqa: F401
+from tests.fixtures.redis_server import cluster_redis_server  # noqa: F401
+from tests.fixtures.redis_server import redis_server  # noqa: F401
+from tests.fixtures.redis_server import redis_url  # noqa: F401
+from tests.fixtures.redis_server import RedisServer
+
+APP = "app"
+
+
+def ev(
+    eid: str,
+    text: str = "",
+    *,
+    ts: float | None = None,
+    delta: dict[str, Any] | None = None,
+    partial: bool | None = None,
+    author: str = "user",
+) -> Event:
+  kwargs: dict[str, Any] = {}
+  if ts is not None:
+    kwargs["timestamp"] = ts
+  return Event(
+      id=eid,
+      invocation_id="inv",
+      author=author,
+      content=types.Content(role="user", parts=[types.Part(text=text or eid)]),
+      actions=EventActions(state_delta=dict(delta or {})),
+      partial=partial,
+      **kwargs,
+  )
+
+
+def view(events: list[Event]) -> list[tuple[Any, ...]]:
+  """What a reader can observe of events, independent of the service."""
+  return [
+      (e.id, e.author, e.content.parts[0].text, e.timestamp,
+       dict(e.actions.state_delta))
+      for e in events
+  ]
+
+
+def fail(exc: BaseException) -> str:
+  return type(exc).__name__
+
+
+# --------------------------------------------------------------------------
+# Contract: each scenario runs on a reference ADK service and on ours.
+
+
+async def sc_create_with_and_without_id(svc) -> dict[str, Any]:
+  s = await svc.create_session(app_name=APP, user_id="u", session_id=" sid ")
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="sid")
+  try:
+    await svc.create_session(app_name=APP, user_id="u", session_id="sid")
+    dup = "none"
+  except AlreadyExistsError as e:
+    dup = fail(e)
+  a = await svc.create_session(app_name=APP, user_id="u")
+  b = await svc.create_session(app_name=APP, user_id="u", session_id="  ")
+  got_a = await svc.get_session(app_name=APP, user_id="u", session_id=a.id)
+  return {
+      "id": s.id,
+      "get": (g.id, g.app_name, g.user_id, g.state, g.events),
+      "fresh_time": s.last_update_time > 1e9,
+      "dup": dup,
+      "generated": (len(a.id) >= 16, a.id != b.id, got_a.id == a.id),
+  }
+
+
+async def sc_state_prefixes(svc) -> dict[str, Any]:
+  s = await svc.create_session(
+      app_name=APP,
+      user_id="u",
+      session_id="s1",
+      state={"k": 1, "app:a": 2, "user:u": 3, "temp:t": 4},
+  )
+  other_session = await svc.create_session(
+      app_name=APP, user_id="u", session_id="s2"
+  )
+  other_user = await svc.create_session(
+      app_name=APP, user_id="v", session_id="s3"
+  )
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  return {
+      "created": s.state,
+      "stored": g.state,
+      "same_user": other_session.state,
+      "other_user": other_user.state,
+      "user_state": await svc.get_user_state(app_name=APP, user_id="u"),
+      "user_state_v": await svc.get_user_state(app_name=APP, user_id="v"),
+  }
+
+
+async def sc_append_state_deltas(svc) -> dict[str, Any]:
+  s = await svc.create_session(
+      app_name=APP, user_id="u", session_id="s1", state={"k": 0}
+  )
+  e1 = ev("e1", ts=1001.5, delta={
+      "k": 1, "temp:t": "x", "app:a": [1, 2], "user:u": {"n": 1}, "f": 0.1 + 0.2,
+  })
+  returned = await svc.append_event(s, e1)
+  in_memory = (dict(s.state), view(s.events), s.last_update_time)
+  await svc.append_event(s, ev("e2", ts=1002.25, delta={"user:u": None}))
+  peer = await svc.create_session(app_name=APP, user_id="u", session_id="s2")
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  return {
+      "returned": view([returned]),
+      "in_memory": in_memory,
+      "after_two": (dict(s.state), s.last_update_time, len(s.events)),
+      "stored": (g.state, view(g.events), g.last_update_time),
+      "peer_state": peer.state,
+      "user_state": await svc.get_user_state(app_name=APP, user_id="u"),
+  }
+
+
+async def _ten_events(svc):
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s1")
+  for i in range(10):
+    await svc.append_event(s, ev(f"e{i}", ts=1000.0 + i))
+  return s
+
+
+async def sc_num_recent_events(svc) -> dict[str, Any]:
+  await _ten_events(svc)
+  out = {}
+  for k in (None, 0, 1, 3, 10, 20):
+    g = await svc.get_session(
+        app_name=APP, user_id="u", session_id="s1",
+        config=GetSessionConfig(num_recent_events=k),
+    )
+    out[k] = [e.id for e in g.events]
+  return out
+
+
+async def sc_after_timestamp(svc) -> dict[str, Any]:
+  await _ten_events(svc)
+  out = {}
+  for after, k in ((1005.0, None), (1004.5, None), (1009.0, None),
+                   (2000.0, None), (1000.0, None), (1003.0, 2), (1008.0, 5)):
+    g = await svc.get_session(
+        app_name=APP, user_id="u", session_id="s1",
+        config=GetSessionConfig(after_timestamp=after, num_recent_events=k),
+    )
+    out[(after, k)] = [e.id for e in g.events]
+  return out
+
+
+async def sc_list_sessions(svc) -> dict[str, Any]:
+  for sid in ("a", "b", "c"):
+    await svc.create_session(
+        app_name=APP, user_id="u1", session_id=sid, state={"sid": sid}
+    )
+  await svc.create_session(
+      app_name=APP, user_id="u2", session_id="d", state={"user:x": 1}
+  )
+  await svc.create_session(app_name="other", user_id="u1", session_id="z")
+  # Appends reorder by last update time: a is touched last.
+  b = await svc.get_session(app_name=APP, user_id="u1", session_id="b")
+  await svc.append_event(b, ev("eb", ts=time.time() + 10, delta={"app:g": 1}))
+  a = await svc.get_session(app_name=APP, user_id="u1", session_id="a")
+  await svc.append_event(a, ev("ea", ts=time.time() + 20))
+
+  def brief(resp):
+    return [(s.user_id, s.id, s.state, s.events) for s in resp.sessions]
+
+  return {
+      "u1": brief(await svc.list_sessions(app_name=APP, user_id="u1")),
+      "all": brief(await svc.list_sessions(app_name=APP)),
+      "nobody": brief(await svc.list_sessions(app_name=APP, user_id="zz")),
+      "no_app": brief(await svc.list_sessions(app_name="missing")),
+  }
+
+
+async def sc_delete(svc) -> dict[str, Any]:
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s1")
+  await svc.append_event(s, ev("e1", delta={"user:keep": 1}))
+  await svc.create_session(app_name=APP, user_id="u", session_id="s2")
+  await svc.delete_session(app_name=APP, user_id="wrong", session_id="s1")
+  still = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  await svc.delete_session(app_name=APP, user_id="u", session_id="s1")
+  await svc.delete_session(app_name=APP, user_id="u", session_id="never")
+  gone = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  listed = await svc.list_sessions(app_name=APP, user_id="u")
+  try:
+    await svc.append_event(s, ev("e2"))
+    after_delete = "appended"
+  except SessionNotFoundError as e:
+    after_delete = fail(e)
+  recreated = await svc.create_session(
+      app_name=APP, user_id="u", session_id="s1"
+  )
+  return {
+      "wrong_user_delete_kept": still is not None,
+      "gone": gone,
+      "listed": [x.id for x in listed.sessions],
+      "append_after_delete": after_delete,
+      "recreated": (recreated.state, recreated.events),
+  }
+
+
+async def sc_partial_event(svc) -> dict[str, Any]:
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s1")
+  p = ev("p1", delta={"k": 1}, partial=True)
+  returned = await svc.append_event(s, p)
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  return {
+      "returned_same": returned is p,
+      "in_memory": (len(s.events), dict(s.state)),
+      "stored": (view(g.events), g.state),
+  }
+
+
+async def sc_stale_append(svc) -> dict[str, Any]:
+  await svc.create_session(app_name=APP, user_id="u", session_id="s1")
+  first = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  second = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  await svc.append_event(first, ev("e1", delta={"k": 1}))
+  try:
+    await svc.append_event(second, ev("e2", delta={"k": 2, "user:x": 2}))
+    outcome = "appended"
+  except StaleSessionError as e:
+    outcome = fail(e)
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  fresh = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  await svc.append_event(fresh, ev("e3"))
+  g2 = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  return {
+      "outcome": outcome,
+      "stored": ([e.id for e in g.events], g.state),
+      "second_copy": [e.id for e in second.events],
+      "after_reload": [e.id for e in g2.events],
+  }
+
+
+async def sc_missing_session(svc) -> dict[str, Any]:
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s1")
+  ghost = s.model_copy(update={"id": "ghost"})
+  try:
+    await svc.append_event(ghost, ev("e1", delta={"user:x": 1}))
+    outcome = "appended"
+  except SessionNotFoundError as e:
+    outcome = fail(e)
+  return {
+      "outcome": outcome,
+      "user_state": await svc.get_user_state(app_name=APP, user_id="u"),
+      "wrong_user": await svc.get_session(
+          app_name=APP, user_id="x", session_id="s1"),
+      "wrong_app": await svc.get_session(
+          app_name="x", user_id="u", session_id="s1"),
+      "wrong_id": await svc.get_session(
+          app_name=APP, user_id="u", session_id="s2"),
+  }
+
+
+# (scenario, reference service, checks that keep the scenario honest)
+SCENARIOS = [
+    (sc_create_with_and_without_id, "in_memory",
+     lambda o: o["dup"] == "AlreadyExistsError" and o["id"] == "sid"),
+    (sc_state_prefixes, "in_memory",
+     lambda o: o["stored"] == {"k": 1, "app:a": 2, "user:u": 3}
+     and o["other_user"] == {"app:a": 2}),
+    (sc_append_state_deltas, "in_memory",
+     lambda o: o["in_memory"][0]["temp:t"] == "x"
+     and "temp:t" not in o["stored"][0] and o["stored"][2] == 1002.25),
+    (sc_num_recent_events, "in_memory",
+     lambda o: o[3] == ["e7", "e8", "e9"] and o[0] == [] and len(o[20]) == 10),
+    (sc_after_timestamp, "in_memory",
+     lambda o: o[(1005.0, None)] == ["e5", "e6", "e7", "e8", "e9"]
+     and o[(1003.0, 2)] == ["e8", "e9"]),
+    (sc_list_sessions, "in_memory",
+     lambda o: [x[1] for x in o["u1"]] == ["c", "b", "a"]
+     and o["all"][0][1] in ("c", "d") and o["u1"][0][3] == []),
+    (sc_delete, "in_memory",
+     lambda o: o["gone"] is None and o["listed"] == ["s2"]
+     and o["wrong_user_delete_kept"]),
+    (sc_partial_event, "in_memory",
+     lambda o: o["returned_same"] and o["stored"] == ([], {})),
+    # InMemorySessionService has no stale detection; SQLite is the reference.
+    (sc_stale_append, "sqlite",
+     lambda o: o["outcome"] == "StaleSessionError"
+     and o["stored"] == (["e1"], {"k": 1})),
+    (sc_missing_session, "in_memory",
+     lambda o: o["outcome"] == "SessionNotFoundError"
+     and o["user_state"] == {} and o["wrong_user"] is None),
+]
+
+
+@pytest.fixture
+async def make_service(redis_url, tmp_path):
+  made = []
+
+  async def make(kind: str):
+    if kind == "in_memory":
+      svc = InMemorySessionService()
+    elif kind == "sqlite":
+      svc = SqliteSessionService(str(tmp_path / f"s{len(made)}.db"))
+    else:
+      svc = RedisSessionService(redis_url, key_prefix=f"c{len(made)}")
+    made.append(svc)
+    return svc
+
+  yield make
+  for svc in made:
+    if hasattr(svc, "close"):
+      await svc.close()
+
+
+@pytest.mark.parametrize(
+    "scenario,reference,check",
+    SCENARIOS,
+    ids=[s[0].__name__.removeprefix("sc_") for s in SCENARIOS],
+)
+async def test_contract_matches_adk(make_service, scenario, reference, check):
+  expected = await scenario(await make_service(reference))
+  assert check(expected), f"reference {reference} changed behaviour: {expected}"
+  got = await scenario(await make_service("redis"))
+  assert got == expected
+
+
+async def test_sqlite_and_in_memory_agree_with_us_on_stale_free_runs(
+    make_service,
+):
+  # The stale scenario minus the racing copy: all three services agree.
+  async def run(svc):
+    await svc.create_session(app_name=APP, user_id="u", session_id="s1")
+    s = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+    for i in range(3):
+      await svc.append_event(s, ev(f"e{i}", delta={"k": i}))
+    g = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+    return [e.id for e in g.events], g.state
+
+  results = [await run(await make_service(k))
+             for k in ("in_memory", "sqlite", "redis")]
+  assert results[0] == results[1] == results[2] == (["e0", "e1", "e2"],
+                                                     {"k": 2})
+
+
+# --------------------------------------------------------------------------
+# Behaviour ADK's services do not cover.
+
+
+@pytest.fixture
+async def svc(redis_url):
+  service = RedisSessionService(redis_url)
+  yield service
+  await service.close()
+
+
+def sync_client(url: str) -> redis.Redis:
+  return redis.Redis.from_url(url)
+
+
+async def test_tenant_isolation_with_colliding_ids(svc, redis_url):
+  # ':' inside ids must not let (a:b, c) and (a, b:c) share keys.
+  one = await svc.create_session(
+      app_name="a:b", user_id="c", session_id="x", state={"who": 1}
+  )
+  two = await svc.create_session(
+      app_name="a", user_id="b:c", session_id="x", state={"who": 2}
+  )
+  await svc.append_event(one, ev("e1", delta={"user:n": "one"}))
+  got1 = await svc.get_session(app_name="a:b", user_id="c", session_id="x")
+  got2 = await svc.get_session(app_name="a", user_id="b:c", session_id="x")
+  assert (got1.state, got2.state) == (
+      {"who": 1, "user:n": "one"}, {"who": 2})
+  assert [e.id for e in got2.events] == []
+  for app, user in (("a:b", "b:c"), ("a", "c"), ("a:b:c", ""), ("{a", "b}")):
+    assert await svc.get_session(
+        app_name=app, user_id=user, session_id="x") is None
+  listed = await svc.list_sessions(app_name="a", user_id="c")
+  assert listed.sessions == []
+  # A session object re-labelled to another user cannot write there.
+  forged = got1.model_copy(update={"user_id": "intruder"})
+  with pytest.raises(SessionNotFoundError):
+    await svc.append_event(forged, ev("e2"))
+  assert await svc.get_user_state(app_name="a:b", user_id="intruder") == {}
+
+
+async def test_keys_share_one_slot_and_delete_removes_all(svc, redis_url):
+  s = await svc.create_session(
+      app_name="shop", user_id="ann", session_id="s{1}", state={"user:x": 1}
+  )
+  await svc.append_event(s, ev("e1", delta={"k": 1}))
+  r = sync_client(redis_url)
+  session_keys = [k for k in r.keys("*") if b"session:" in k]
+  assert len(session_keys) == 3  # hash, events stream, event ids
+  user_keys = [k for k in r.keys("*") if b"{shop:ann}" in k]
+  assert len({key_slot(k) for k in user_keys}) == 1
+  assert all(b"s%7B1%7D" in k for k in session_keys)
+  await svc.delete_session(app_name="shop", user_id="ann", session_id="s{1}")
+  assert [k for k in r.keys("*") if b"session:" in k] == []
+  assert r.zcard(b"aether:{shop:ann}:sessions") == 0
+  assert r.hgetall(b"aether:{shop:ann}:user_state") == {b"x": b"1"}
+  r.close()
+
+
+async def test_no_expiry_by_default_and_ttl_refreshed(redis_url):
+  r = sync_client(redis_url)
+  plain = RedisSessionService(redis_url, key_prefix="plain")
+  s = await plain.create_session(
+      app_name=APP, user_id="u", state={"app:a": 1, "user:b": 2}
+  )
+  await plain.append_event(s, ev("e1", delta={"user:b": 3}))
+  assert [r.pttl(k) for k in r.keys("plain:*")] == [-1] * 7
+
+  ttl = RedisSessionService(redis_url, key_prefix="ttl", ttl_seconds=100)
+  s = await ttl.create_session(
+      app_name=APP, user_id="u", state={"app:a": 1, "user:b": 1})
+  await ttl.append_event(s, ev("e1"))
+  keys = r.keys("ttl:*")
+  assert len(keys) == 7
+  assert all(90_000 < r.pttl(k) <= 100_000 for k in keys)
+  for k in keys:
+    r.pexpire(k, 5_000)
+  await ttl.append_event(s, ev("e2"))
+  assert all(90_000 < r.pttl(k) <= 100_000 for k in keys), "TTL not refreshed"
+
+  short = RedisSessionService(redis_url, key_prefix="short", ttl_seconds=0.3)
+  s = await short.create_session(app_name=APP, user_id="u", session_id="s")
+  await asyncio.sleep(0.45)
+  assert await short.get_session(app_name=APP, user_id="u", session_id="s") is None
+  for service in (plain, ttl, short):
+    await service.close()
+  r.close()
+
+
+async def test_corrupt_data_raises_naming_the_key(svc, redis_url):
+  r = sync_client(redis_url)
+
+  async def fresh(sid):
+    s = await svc.create_session(app_name=APP, user_id="u", session_id=sid)
+    await svc.append_event(s, ev(f"{sid}-e1", delta={"k": 1}))
+    return s
+
+  def get(sid):
+    return svc.get_session(app_name=APP, user_id="u", session_id=sid)
+
+  await fresh("bad-event")
+  r.xadd(b"aether:{app:u}:session:bad-event:events", {b"e": b"{not json",
+                                                       b"t": b"2e9"})
+  with pytest.raises(CorruptDataError, match="session:bad-event:events"):
+    await get("bad-event")
+
+  await fresh("bad-state")
+  r.hset(b"aether:{app:u}:session:bad-state", b"s:k", b"{oops")
+  with pytest.raises(CorruptDataError, match="session:bad-state'.*'k'"):
+    await get("bad-state")
+
+  s = await fresh("no-version")
+  r.hdel(b"aether:{app:u}:session:no-version", b"ver")
+  with pytest.raises(CorruptDataError, match="session:no-version"):
+    await get("no-version")
+  with pytest.raises(CorruptDataError, match="session:no-version"):
+    await svc.append_event(s, ev("no-version-e2"))
+  assert r.xlen(b"aether:{app:u}:session:no-version:events") == 1
+
+  s = await fresh("orphan")
+  r.delete(b"aether:{app:u}:session:orphan")
+  with pytest.raises(CorruptDataError, match="session:orphan"):
+    await get("orphan")  # events exist: never report "no such session"
+  with pytest.raises(CorruptDataError, match="session:orphan"):
+    await svc.create_session(app_name=APP, user_id="u", session_id="orphan")
+
+  s = await fresh("wrong-type")
+  r.delete(b"aether:{app:u}:user_state")
+  r.set(b"aether:{app:u}:user_state", b"a string")
+  with pytest.raises(CorruptDataError, match="user_state"):
+    await svc.append_event(s, ev("wt-e2", delta={"k": 2}))
+  r.delete(b"aether:{app:u}:user_state")
+  # Nothing of the refused append was written.
+  g = await get("wrong-type")
+  assert [e.id for e in g.events] == ["wrong-type-e1"] and g.state == {"k": 1}
+  r.close()
+
+
+async def test_redelivered_event_is_idempotent(svc):
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s1")
+  retry_copy = copy.deepcopy(s)
+  e = ev("e1", delta={"k": 1, "user:n": 1})
+  await svc.append_event(s, e)
+  # Same event again from the copy that never saw the reply: no duplicate.
+  await svc.append_event(retry_copy, copy.deepcopy(e))
+  assert [x.id for x in retry_copy.events] == ["e1"]
+  assert retry_copy._storage_update_marker == s._storage_update_marker == "1"
+  await svc.append_event(s, e)  # and again from the original: still one
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  assert [x.id for x in g.events] == ["e1"]
+  with pytest.raises(DuplicateEventIdError, match="e1"):
+    await svc.append_event(g, ev("e1", text="different"))
+  await svc.append_event(g, ev("e2"))
+  with pytest.raises(StaleSessionError):
+    await svc.append_event(retry_copy, copy.deepcopy(e))
+  # A copy without a version marker falls back to timestamps, like SQLite.
+  unmarked = (await svc.get_session(
+      app_name=APP, user_id="u", session_id="s1")).model_copy()
+  unmarked._storage_update_marker = None
+  await svc.append_event(unmarked, ev("e3", ts=unmarked.last_update_time + 1))
+  with pytest.raises(StaleSessionError):
+    older = unmarked.model_copy(update={"last_update_time": 1.0})
+    older._storage_update_marker = None
+    await svc.append_event(older, ev("e4"))
+
+
+async def test_num_recent_events_cost_does_not_grow_with_history(svc):
+  async def build(sid, n):
+    s = await svc.create_session(app_name=APP, user_id="u", session_id=sid)
+    payload = "x" * 400
+    for i in range(n):
+      await svc.append_event(s, ev(f"{sid}-{i}", text=payload))
+
+  async def median_get(sid):
+    times = []
+    for _ in range(15):
+      t = time.perf_counter()
+      g = await svc.get_session(
+          app_name=APP, user_id="u", session_id=sid,
+          config=GetSessionConfig(num_recent_events=20),
+      )
+      times.append(time.perf_counter() - t)
+      assert len(g.events) == 20
+    return statistics.median(times)
+
+  await build("small", 20)
+  await build("big", 2000)
+  full = time.perf_counter()
+  await svc.get_session(app_name=APP, user_id="u", session_id="big")
+  full = time.perf_counter() - full
+  small, big = await median_get("small"), await median_get("big")
+  # Reading all 2,000 events costs ~100x reading 20; the tail read must not.
+  assert big < 4 * small + 0.002, (small, big, full)
+  assert full > 10 * big
+
+
+async def test_cluster_mode_keeps_each_script_in_one_slot(
+    cluster_redis_server,
+):
+  cluster_redis_server.flush()
+  client = RedisCluster(host="127.0.0.1", port=cluster_redis_server.port)
+  svc = RedisSessionService(client)
+  s = await svc.create_session(
+      app_name=APP, user_id="u", state={"app:a": 1, "user:b": 2, "c": 3}
+  )
+  await svc.append_event(s, ev("e1", delta={"app:a": 5, "user:b": 6, "c": 7}))
+  stale = (await svc.get_session(
+      app_name=APP, user_id="u", session_id=s.id)).model_copy()
+  stale._storage_update_marker = "0"
+  with pytest.raises(StaleSessionError):
+    await svc.append_event(stale, ev("e2", delta={"app:a": 99}))
+  other = await svc.create_session(app_name=APP, user_id="v")
+  g = await svc.get_session(app_name=APP, user_id="u", session_id=s.id)
+  assert g.state == {"app:a": 5, "user:b": 6, "c": 7}
+  assert [e.id for e in g.events] == ["e1"]
+  listed = await svc.list_sessions(app_name=APP)
+  assert sorted(x.id for x in listed.sessions) == sorted([s.id, other.id])
+  assert other.state == {"app:a": 5}
+  await svc.delete_session(app_name=APP, user_id="u", session_id=s.id)
+  assert await svc.get_session(
+      app_name=APP, user_id="u", session_id=s.id) is None
+  await client.aclose()
+
+
+# --------------------------------------------------------------------------
+# Concurrency: real processes, real connections.
+
+
+def _writer_process(url, proc, sessions, appends, out):
+  async def run():
+    svc = RedisSessionService(url)
+    cache = {}
+    acked, stale = [], 0
+    for j in range(appends):
+      sid = sessions[(proc + j) % len(sessions)]
+      event_id = f"p{proc}-{j}"
+      while True:
+        s = cache.get(sid)
+        if s is None:
+          s = await svc.get_session(
+              app_name=APP, user_id="u", session_id=sid,
+              config=GetSessionConfig(num_recent_events=0),
+          )
+          cache[sid] = s
+        try:
+          await svc.append_event(s, ev(
+              event_id, delta={f"p{proc}": j, "user:total_writes": event_id}))
+          acked.append((sid, event_id))
+          break
+        except StaleSessionError:
+          stale += 1
+          cache.pop(sid)
+    await svc.close()
+    return acked, stale
+
+  out.put((proc,) + asyncio.run(run()))
+
+
+def test_eight_processes_lose_nothing(redis_server):
+  redis_server.flush()
+  sessions = [f"s{i}" for i in range(8)]
+
+  async def setup():
+    svc = RedisSessionService(redis_server.url)
+    for sid in sessions:
+      await svc.create_session(app_name=APP, user_id="u", session_id=sid)
+    await svc.close()
+
+  asyncio.run(setup())
+  ctx = multiprocessing.get_context("fork")
+  out = ctx.Queue()
+  procs = [
+      ctx.Process(target=_writer_process,
+                  args=(redis_server.url, p, sessions, 500, out))
+      for p in range(8)
+  ]
+  for p in procs:
+    p.start()
+  results = [out.get(timeout=120) for _ in procs]
+  for p in procs:
+    p.join(timeout=30)
+    assert p.exitcode == 0
+  acked = {}
+  total_stale = 0
+  for proc, proc_acked, stale in results:
+    assert len(proc_acked) == 500
+    total_stale += stale
+    for sid, eid in proc_acked:
+      acked.setdefault(sid, []).append(eid)
+
+  async def check():
+    svc = RedisSessionService(redis_server.url)
+    for sid in sessions:
+      g = await svc.get_session(app_name=APP, user_id="u", session_id=sid)
+      ids = [e.id for e in g.events]
+      assert len(ids) == len(set(ids)) == len(acked[sid])
+      assert set(ids) == set(acked[sid])
+      assert g._storage_update_marker == str(len(ids))
+      for proc in range(8):
+        # Each process's own events are stored in the order it wrote them.
+        mine = [int(i.split("-")[1]) for i in ids if i.startswith(f"p{proc}-")]
+        assert mine == sorted(mine)
+        if mine:
+          assert g.state[f"p{proc}"] == mine[-1]
+    await svc.close()
+
+  asyncio.run(check())
+  assert sum(len(v) for v in acked.values()) == 4000
+  assert total_stale > 0, "writers never raced; the test proves nothing"
+
+
+async def test_two_racing_writers_get_stale_or_serialise(redis_url):
+  a = RedisSessionService(redis_url)
+  b = RedisSessionService(redis_url)  # its own connection
+  await a.create_session(app_name=APP, user_id="u", session_id="s")
+  ok, stale = [], 0
+  for rnd in range(150):
+    sa = await a.get_session(app_name=APP, user_id="u", session_id="s",
+                             config=GetSessionConfig(num_recent_events=0))
+    sb = await b.get_session(app_name=APP, user_id="u", session_id="s",
+                             config=GetSessionConfig(num_recent_events=0))
+    results = await asyncio.gather(
+        a.append_event(sa, ev(f"a{rnd}", delta={"last": f"a{rnd}"})),
+        b.append_event(sb, ev(f"b{rnd}", delta={"last": f"b{rnd}"})),
+        return_exceptions=True,
+    )
+    for r in results:
+      if isinstance(r, StaleSessionError):
+        stale += 1
+      elif isinstance(r, Event):
+        ok.append(r.id)
+      else:
+        raise r
+    assert sum(isinstance(r, Event) for r in results) == 1
+  g = await a.get_session(app_name=APP, user_id="u", session_id="s")
+  assert [e.id for e in g.events] == ok
+  assert g.state["last"] == ok[-1]
+  assert stale == 150
+  await a.close()
+  await b.close()
+
+
+# --------------------------------------------------------------------------
+# Faults: kill -9 with appendfsync always, dropped connections.
+
+
+def fast_fail_client(url: str) -> redis_asyncio.Redis:
+  """No reconnect loop inside redis-py, so the store's error surfaces."""
+  return redis_asyncio.Redis.from_url(
+      url, retry=Retry(NoBackoff(), 0), socket_timeout=5,
+      socket_connect_timeout=1,
+  )
+
+
+async def test_kill9_mid_run_loses_no_acknowledged_event(aof_redis_server):
+  server: RedisServer = aof_redis_server
+  client = fast_fail_client(server.url)
+  svc = RedisSessionService(client)
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s")
+  acked: list[str] = []
+  errors: list[str] = []
+  first_pid = server.pid
+
+  def killer():
+    while len(acked) < 120:
+      time.sleep(0.001)
+    server.kill9()
+    time.sleep(0.2)
+    server.start()
+
+  thread = threading.Thread(target=killer)
+  thread.start()
+  try:
+    for i in range(300):
+      e = ev(f"e{i}", delta={"n": i, "user:n": i})
+      deadline = time.monotonic() + 20
+      while True:
+        try:
+          await svc.append_event(s, e)
+          acked.append(e.id)
+          break
+        except StoreUnavailableError as err:
+          assert "session:s" in str(err) and "retrying" in str(err)
+          errors.append(str(err))
+          assert time.monotonic() < deadline, "Redis never came back"
+          await asyncio.sleep(0.02)
+  finally:
+    thread.join()
+  assert server.pid != first_pid and errors, "Redis was not killed mid-run"
+  # Read back through a fresh client after the restart.
+  reader = RedisSessionService(server.url)
+  g = await reader.get_session(app_name=APP, user_id="u", session_id="s")
+  assert [e.id for e in g.events] == acked == [f"e{i}" for i in range(300)]
+  assert g._storage_update_marker == "300"
+  assert g.state == {"n": 299, "user:n": 299}
+  await reader.close()
+  await client.aclose()
+
+
+async def test_kill9_never_leaves_a_half_written_event(aof_redis_server):
+  server: RedisServer = aof_redis_server
+  big = "y" * 300_000  # large AOF records: a kill can cut one in half
+  for round_ in range(3):
+    client = fast_fail_client(server.url)
+    svc = RedisSessionService(client)
+    sid = f"s{round_}"
+    s = await svc.create_session(app_name=APP, user_id="u", session_id=sid)
+    acked = 0
+
+    def killer():
+      time.sleep(0.15 + 0.05 * round_)
+      server.kill9()
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+      for i in range(10_000):
+        await svc.append_event(
+            s, ev(f"{sid}-{i}", text=big, delta={"n": i, "user:last": i}))
+        acked += 1
+    except StoreUnavailableError:
+      pass
+    thread.join()
+    await client.aclose()
+    server.start()
+    r = sync_client(server.url)
+    meta = r.hgetall(f"aether:{{app:u}}:session:{sid}".encode())
+    stored = r.xlen(f"aether:{{app:u}}:session:{sid}:events".encode())
+    ids = r.hlen(f"aether:{{app:u}}:session:{sid}:event_ids".encode())
+    # An event is all there (entry, id, version, state) or not at all.
+    assert stored in (acked, acked + 1) and acked > 0
+    assert ids == stored == int(meta[b"ver"])
+    assert int(meta[b"s:n"]) == stored - 1
+    r.close()
+
+
+async def test_connection_drop_is_a_clear_error_and_writes_nothing(
+    aof_redis_server,
+):
+  server: RedisServer = aof_redis_server
+  client = fast_fail_client(server.url)
+  svc = RedisSessionService(client)
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s")
+  await svc.append_event(s, ev("e0", delta={"k": 0}))
+  before = (len(s.events), dict(s.state), s._storage_update_marker)
+  server.kill9()
+  e1 = ev("e1", delta={"k": 1, "user:x": 1})
+  with pytest.raises(StoreUnavailableError) as info:
+    await svc.append_event(s, e1)
+  msg = str(info.value)
+  assert "append_event" in msg and "aether:{app:u}:session:s" in msg
+  assert isinstance(info.value, ConnectionError)
+  assert (len(s.events), dict(s.state), s._storage_update_marker) == before
+  with pytest.raises(StoreUnavailableError, match="get_session"):
+    await svc.get_session(app_name=APP, user_id="u", session_id="s")
+  server.start()
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="s")
+  assert [e.id for e in g.events] == ["e0"] and g.state == {"k": 0}
+  await svc.append_event(s, e1)  # the retry succeeds exactly once
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="s")
+  assert [e.id for e in g.events] == ["e0", "e1"]
+  assert g.state == {"k": 1, "user:x": 1}
+  await client.aclose()
+
+  # With redis-py's default retries a killed connection is re-opened.
+  svc2 = RedisSessionService(server.url)
+  g = await svc2.get_session(app_name=APP, user_id="u", session_id="s")
+  r = sync_client(server.url)
+  assert r.client_kill_filter(_type="normal", skipme=True) >= 1
+  await svc2.append_event(g, ev("e2"))
+  g = await svc2.get_session(app_name=APP, user_id="u", session_id="s")
+  assert [e.id for e in g.events] == ["e0", "e1", "e2"]
+  r.close()
+  await svc2.close()

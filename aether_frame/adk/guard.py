@@ -39,29 +39,44 @@ def count_request(contents: Sequence[types.Content], config: types.GenerateConte
 
 
 def check_request(
-    contents: Sequence[types.Content], config: types.GenerateContentConfig, counter: TokenCounter, *, usable: int
+    contents: Sequence[types.Content],
+    config: types.GenerateContentConfig,
+    counter: TokenCounter,
+    *,
+    usable: int,
+    pending: frozenset[str] = frozenset(),
 ) -> GuardResult:
+  """``pending``: call ids that had no response in the original request either."""
   problems: list[str] = []
-  open_calls: dict[str, str] = {}
-  confirmations: set[str] = set()
+  open_calls: dict[str, int] = {}
   for i, c in enumerate(contents):
     calls, responses = sources.call_ids(c)
     for rid in responses:
       if rid not in open_calls:
         problems.append(f"function_response {rid} at content {i} has no preceding function_call")
+      elif open_calls[rid] != i - 1:
+        problems.append(f"function_response {rid} at content {i} does not directly follow its call")
       open_calls.pop(rid, None)
-    for p in c.parts or ():
-      if p.function_call is not None and p.function_call.name == sources.CONFIRMATION_CALL:
-        confirmations.add(p.function_call.id or "")
     for cid in calls:
-      open_calls[cid] = c.role or ""
-  # Calls still open are only legal at the very end (the pending step), or
-  # as long-running / confirmation calls ADK resolves later.
-  if contents and contents[-1].role != "user":
-    problems.append(f"request ends with role {contents[-1].role!r}, expected 'user'")
+      open_calls[cid] = i
+  for cid in sorted(set(open_calls) - pending):
+    problems.append(f"function_call {cid} lost its function_response")
   if not contents:
     problems.append("request has no contents")
+  elif contents[-1].role != "user":
+    problems.append(f"request ends with role {contents[-1].role!r}, expected 'user'")
   tokens = count_request(contents, config, counter)
   if tokens > usable:
     problems.append(f"request is {tokens} tokens, over the usable {usable}")
   return GuardResult(ok=not problems, problems=problems, tokens=tokens)
+
+
+def pending_calls(contents: Sequence[types.Content]) -> frozenset[str]:
+  """Call ids with no response anywhere in ``contents`` (pending / long-running)."""
+  calls: set[str] = set()
+  answered: set[str] = set()
+  for c in contents:
+    cs, rs = sources.call_ids(c)
+    calls.update(cs)
+    answered.update(rs)
+  return frozenset(calls - answered)

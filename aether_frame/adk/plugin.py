@@ -32,7 +32,7 @@ from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows
 from ..tokenizers import get_counter
 from . import sources
-from .guard import check_request, count_request
+from .guard import check_request, count_request, pending_calls
 from .manifest_store import MANIFEST_FILENAME, ManifestWriter
 from .state_schema import (
     KNOWLEDGE_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, PLAN_KEY, TAIL_KEY_PREFIX, TOOLS_KEY,
@@ -267,12 +267,17 @@ class ContextPackPlugin(BasePlugin):
     new_config = llm_request.config.model_copy(deep=False)
     new_config.system_instruction = new_system
     new_config = scoped.apply_config(new_config)
+    if pack.tool_overrides:
+      new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
 
-    guard = check_request(new_contents, new_config, self.counter, usable=pack.manifest["usable"])
+    guard = check_request(
+        new_contents, new_config, self.counter, usable=pack.manifest["usable"], pending=pending_calls(contents)
+    )
     fallback = None
     if not guard.ok:
       fallback = guard.problems
-      new_contents = [payload_msg] + inflight_contents
+      minimal_msg = types.Content(role="user", parts=[types.Part(text=pack.minimal_payload), *non_text])
+      new_contents = [minimal_msg] + inflight_contents
       self._log_once("guard:" + guard.problems[0], logging.WARNING,
                      "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
     estimate = count_request(new_contents, new_config, self.counter)
@@ -324,6 +329,20 @@ class ContextPackPlugin(BasePlugin):
     if len(self._logged) < 1000:
       self._logged.add(key)
     logger.log(level, msg, *args, exc_info=exc_info)
+
+
+def _override_declarations(tools, overrides: Mapping[str, str]):
+  """A new tools list with trimmed declarations; the request's own list is not mutated."""
+  out = []
+  for tool in tools or ():
+    if isinstance(tool, types.Tool) and tool.function_declarations:
+      decls = [
+          types.FunctionDeclaration.model_validate_json(overrides[d.name]) if d.name in overrides else d
+          for d in tool.function_declarations
+      ]
+      tool = tool.model_copy(update={"function_declarations": decls})
+    out.append(tool)
+  return out
 
 
 def _validated(model, value, key: str):

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import render
 from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
 from .canonical import digest, sha256_hex
-from .compress import extractive_summary
+from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts
 from .items import Item, Layer
 from .policy import OverflowPolicy, PackPolicy
@@ -68,10 +68,14 @@ class CompileInput(BaseModel):
 class CompiledPack:
   payload: str
   """The Pack Payload text for the final user message."""
+  minimal_payload: str
+  """System + task + request only: what the validity guard falls back to."""
   conversation_ids: list[str]
   """History group ids kept as the prior tail, chronological."""
   tail_start_id: Optional[str]
   tool_names: list[str]
+  tool_overrides: dict[str, str]
+  """Tool name → trimmed declaration JSON, when tool examples had to be trimmed."""
   manifest: dict[str, Any]
   tokens: int
   valid: bool
@@ -231,10 +235,23 @@ class CompilerSession:
         Layer.EVIDENCE: sum(i.tokens for i in ranked_evidence if not i.pinned),
         Layer.MEMORY: sum(i.tokens for i in ranked_memory if not i.pinned),
     }
-    alloc = allocate(
-        policy, window=call.window, reserve=reserve, fixed_needs=fixed, pinned=pinned,
-        demands=demands, token_scale=call.token_scale,
-    )
+    try:
+      alloc = allocate(
+          policy, window=call.window, reserve=reserve, fixed_needs=fixed, pinned=pinned,
+          demands=demands, token_scale=call.token_scale,
+      )
+    except ContextBudgetExhausted:
+      # Ladder step 2, last rungs: trim tool examples, tighten the step. Only
+      # when the fixed tiers themselves do not fit; otherwise they are never cut.
+      if not self._tighten_fixed(by_layer, events, statuses):
+        raise
+      skeleton = self._skeleton_tokens(by_layer, user_request, fence)
+      fixed[Layer.TASK] = skeleton + sum(i.tokens for i in by_layer[Layer.TASK] if i.kind != "user_request")
+      fixed[Layer.TOOLS] = sum(i.tokens for i in by_layer[Layer.TOOLS])
+      alloc = allocate(
+          policy, window=call.window, reserve=reserve, fixed_needs=fixed, pinned=pinned,
+          demands=demands, token_scale=call.token_scale,
+      )
     if policy.overflow is OverflowPolicy.FAIL_LOUD and any(
         alloc.budgets[layer.value] < demands[layer] + pinned[layer] for layer in demands
     ):
@@ -292,11 +309,17 @@ class CompilerSession:
         call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
         input_sha, payload, conversation_ids, tail_start, totals, problems,
     )
+    minimal = render.render_payload(
+        task=[i for i in by_layer[Layer.TASK] if i.kind != "user_request"], tools=tools, evidence=[], memory=[],
+        budget=render.MINIMAL_BUDGET_LINE, user_request=user_request.text, fence=fence,
+    )
     return CompiledPack(
         payload=payload,
+        minimal_payload=minimal,
         conversation_ids=conversation_ids,
         tail_start_id=self.history[tail_start].id if tail_start < len(self.history) else None,
         tool_names=[t.meta.get("name", t.id) for t in tools],
+        tool_overrides={t.meta.get("name", t.id): t.text for t in tools if statuses.get(t.id, {}).get("status") == "compressed"},
         manifest=manifest,
         tokens=totals["total"],
         valid=not problems,
@@ -364,6 +387,32 @@ class CompilerSession:
     fences = f"\n<<<DATA {fence}>>>\n<<<END DATA {fence}>>>" * 2
     extra = count_parts(user_request.parts, self.counter) if user_request.parts else 0
     return MESSAGE_OVERHEAD + self.counter.count(empty + fences) + extra + 8 * render.MAX_BUDGET_POINTERS * 2
+
+  def _tighten_fixed(self, by_layer, events, statuses) -> bool:
+    """Trims examples from tool descriptions and cuts the step to its lead sentence."""
+    changed = False
+    tools = []
+    for tool in by_layer[Layer.TOOLS]:
+      trimmed = trim_tool_examples(tool.text)
+      if trimmed != tool.text:
+        small = self._costed([tool.model_copy(update={"text": trimmed, "tokens": None})])[0]
+        self._event(events, statuses, "compress", "tools", [tool], "tool examples trimmed (fixed tiers over the window)",
+                    tokens_before=tool.tokens, tokens_after=small.tokens)
+        tool, changed = small, True
+      tools.append(tool)
+    by_layer[Layer.TOOLS] = tools
+    task = []
+    for item in by_layer[Layer.TASK]:
+      if item.kind == "step":
+        lead = split_sentences(item.text)[:1]
+        if lead and lead[0] != item.text.strip():
+          small = self._costed([item.model_copy(update={"text": lead[0], "tokens": None})])[0]
+          self._event(events, statuses, "compress", "task", [item], "step summary tightened (fixed tiers over the window)",
+                      tokens_before=item.tokens, tokens_after=small.tokens)
+          item, changed = small, True
+      task.append(item)
+    by_layer[Layer.TASK] = task
+    return changed
 
   def _tail_cost(self, start: int) -> int:
     cost = self._cum[-1] - self._cum[start]

@@ -54,3 +54,36 @@ def extractive_summary(text: str, query: str, target_tokens: int, count: Callabl
     return best
   summary = " ".join(sentences[j] for j in sorted(chosen))
   return summary if len(chosen) == len(sentences) else summary + " …"
+
+
+_EXAMPLES = re.compile(r"(?is)(?:^|(?<=[\s.;:]))(?:examples?\s*:|for example\b|e\.g\.).*$")
+
+
+def _trim_description(text: str) -> str:
+  return _EXAMPLES.sub("", text).rstrip(" ;:,\n")
+
+
+def trim_tool_examples(declaration_json: str) -> str:
+  """Removes example passages from a tool declaration's descriptions.
+
+  The schema itself (names, types, required fields) is never touched, so
+  the trimmed tool is still callable exactly as before.
+  """
+  import json
+
+  try:
+    decl = json.loads(declaration_json)
+  except ValueError:
+    return declaration_json
+
+  def walk(node):
+    if isinstance(node, dict):
+      return {k: (_trim_description(v) if k == "description" and isinstance(v, str) else walk(v)) for k, v in node.items()}
+    if isinstance(node, list):
+      return [walk(v) for v in node]
+    return node
+
+  trimmed = walk(decl)
+  if trimmed == decl:
+    return declaration_json
+  return json.dumps(trimmed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

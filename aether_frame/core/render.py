@@ -38,6 +38,7 @@ The final user message carries a CONTEXT PACK with fixed sections: ROLE/GOAL, ST
 
 NONE_LINE = "- (none)"
 MAX_BUDGET_POINTERS = 5
+MINIMAL_BUDGET_LINE = "- minimal safe pack: evidence, memory and earlier turns omitted (validity guard)"
 
 
 def fence_token(input_sha256: str) -> str:

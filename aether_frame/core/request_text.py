@@ -1,0 +1,106 @@
+"""A canonical linear rendering of the request a pack produces, for cache-break analysis.
+
+Providers cache a prompt by prefix, in request order: system instruction, tool
+declarations, then the contents. This renders exactly those, one labelled
+segment each, from the compile input and output alone (no ADK objects), so
+two calls can be compared byte by byte: the first differing byte is where the
+prompt cache breaks. Byte offsets are in this rendering, not the provider's
+wire format; what they locate (which segment, how much after it) carries over.
+
+Layout, UTF-8:
+  ``<<system>>\\n{text}\\n`` per system item,
+  ``<<tool>>\\n{declaration JSON}\\n`` per tool,
+  ``<<{role}>>\\n{canonical JSON of parts}\\n`` per kept conversation group,
+  the payload message (``user``, text part first, then the user's non-text parts),
+  then the in-flight steps of the current invocation, as in the real request.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from .canonical import canonical_json
+from .compiler import CompiledPack, CompileInput
+from .items import Item, Layer
+
+
+def _segment(label: str, body: str) -> str:
+  return f"<<{label}>>\n{body}\n"
+
+
+def _parts_of(item: Item) -> list[dict[str, Any]]:
+  return item.parts if item.parts is not None else [{"text": item.text}]
+
+
+def render_segments(
+    *,
+    system: Sequence[str],
+    tools: Sequence[str],
+    conversation: Sequence[Item],
+    payload: str,
+    payload_parts: Optional[Sequence[dict[str, Any]]] = None,
+    inflight: Sequence[Item] = (),
+    tool_names: Optional[Sequence[str]] = None,
+) -> list[tuple[str, str]]:
+  """(what, rendered text) per segment, in request order; joined they are the request text."""
+  names = list(tool_names) if tool_names is not None else [str(i) for i in range(len(tools))]
+  out = [("system", _segment("system", s)) for s in system]
+  out += [(f"tool {n}", _segment("tool", t)) for n, t in zip(names, tools)]
+  out += [(f"conversation {g.id}", _segment(g.role or "user", canonical_json(_parts_of(g)))) for g in conversation]
+  out.append(("payload", _segment("user", canonical_json([{"text": payload}, *(payload_parts or ())]))))
+  out += [(f"inflight {i.id}", _segment(i.role or "user", canonical_json(_parts_of(i)))) for i in inflight]
+  return out
+
+
+def render_request(**kw) -> str:
+  return "".join(text for _, text in render_segments(**kw))
+
+
+def segments_of(inputs: CompileInput, pack: CompiledPack) -> list[tuple[str, str]]:
+  """The segments of the request built from ``inputs`` and their compiled ``pack``."""
+  items = inputs.call.items
+  by_id = {g.id: g for g in inputs.history}
+  user_request = next(i for i in items if i.layer is Layer.TASK and i.kind == "user_request")
+  tools = [i for i in items if i.layer is Layer.TOOLS]
+  return render_segments(
+      system=[i.text for i in items if i.layer is Layer.SYSTEM],
+      tools=[t.text for t in tools],
+      tool_names=[t.meta.get("name", t.id) for t in tools],
+      conversation=[by_id[g] for g in pack.conversation_ids],
+      payload=pack.payload,
+      payload_parts=user_request.parts,
+      inflight=inputs.call.inflight,
+  )
+
+
+def request_text(inputs: CompileInput, pack: CompiledPack) -> str:
+  return "".join(text for _, text in segments_of(inputs, pack))
+
+
+def locate(segments: Sequence[tuple[str, str]], byte_offset: int) -> tuple[int, str]:
+  """(index, what) of the segment holding ``byte_offset``; (len, "end") past the end."""
+  pos = 0
+  for i, (what, text) in enumerate(segments):
+    pos += len(text.encode("utf-8"))
+    if byte_offset < pos:
+      return i, what
+  return len(segments), "end"
+
+
+def common_prefix_len(a: bytes, b: bytes) -> int:
+  """Length of the longest common prefix, in bytes."""
+  n = min(len(a), len(b))
+  lo, step = 0, 4096
+  while lo < n:  # skip equal blocks fast, then bisect inside the first unequal one
+    hi = min(n, lo + step)
+    if a[lo:hi] == b[lo:hi]:
+      lo = hi
+      continue
+    while hi - lo > 1:
+      mid = (lo + hi) // 2
+      if a[lo:mid] == b[lo:mid]:
+        lo = mid
+      else:
+        hi = mid
+    return lo if a[lo] != b[lo] else lo + 1
+  return n

@@ -62,9 +62,9 @@ def test_fixed_overflow_trims_tools_then_tightens_step_and_records_both():
 
 def test_still_too_big_fails_loud_naming_layers():
   with pytest.raises(ContextBudgetExhausted) as err:
-    compile_pack(_call(300, "Do it."), COUNTER)
+    compile_pack(_call(120, "Do it."), COUNTER)
   assert {"system", "task", "tools", "reserve"} <= set(err.value.needs)
-  assert "window=300" in str(err.value)
+  assert "window=120" in str(err.value)
 
 
 def test_minimal_payload_has_task_but_no_data_sections():

@@ -63,15 +63,24 @@ def water_fill(pool: int, demands: Mapping[str, int], weights: Mapping[str, floa
   Closed form of the quantum-by-quantum loop: repeatedly give every uncapped
   layer its weighted share of what is left, cap those whose demand is below
   it, and redistribute. Uncapped shares are rounded down to quanta; left-over
-  quanta go by largest fractional remainder, ties in layer order.
+  quanta go by largest fractional remainder, ties in layer order. Zero-weight
+  layers only receive what the weighted layers cannot use.
   """
   alloc = {k: 0 for k in demands}
-  open_layers = [k for k in demands if demands[k] > 0]
   remaining = max(pool, 0)
+  weighted = [k for k in demands if demands[k] > 0 and weights.get(k, 0.0) > 0]
+  remaining = _fill(alloc, weighted, remaining, demands, weights, quantum)
+  zero = [k for k in demands if demands[k] > alloc[k] and weights.get(k, 0.0) <= 0]
+  if zero and remaining >= quantum:
+    _fill(alloc, zero, remaining, demands, {k: 1.0 for k in zero}, quantum)
+  return alloc
+
+
+def _fill(alloc, open_layers, remaining, demands, weights, quantum) -> int:
+  order = list(demands)
+  open_layers = list(open_layers)
   while open_layers:
     total_w = sum(weights[k] for k in open_layers)
-    if total_w <= 0:
-      break
     capped = [k for k in open_layers if demands[k] <= remaining * weights[k] / total_w]
     if not capped:
       break
@@ -85,15 +94,15 @@ def water_fill(pool: int, demands: Mapping[str, int], weights: Mapping[str, floa
     for k in open_layers:
       alloc[k] = min(demands[k], int(exact[k] // quantum) * quantum)
     left = remaining - sum(alloc[k] for k in open_layers)
-    order = sorted(open_layers, key=lambda k: (-(exact[k] - alloc[k]), list(demands).index(k)))
-    for k in order:
+    for k in sorted(open_layers, key=lambda k: (-(exact[k] - alloc[k]), order.index(k))):
       if left < quantum:
         break
       give = min(quantum, demands[k] - alloc[k])
       if give > 0:
         alloc[k] += give
         left -= give
-  return alloc
+    remaining = left
+  return remaining
 
 
 def allocate(

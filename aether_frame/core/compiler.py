@@ -232,8 +232,8 @@ class CompilerSession:
     }
     demands = {
         Layer.CONVERSATION: self._cum[-1] - pinned_hist,
-        Layer.EVIDENCE: sum(i.tokens for i in ranked_evidence if not i.pinned),
-        Layer.MEMORY: sum(i.tokens for i in ranked_memory if not i.pinned),
+        Layer.EVIDENCE: sum(i.tokens for i in ranked_evidence if not i.pinned) + self._overheads(ranked_evidence, False, fence),
+        Layer.MEMORY: sum(i.tokens for i in ranked_memory if not i.pinned) + self._overheads(ranked_memory, False, fence),
     }
     try:
       alloc = allocate(
@@ -261,17 +261,26 @@ class CompilerSession:
           usable=alloc.usable, window=call.window,
       )
 
+    # Section overheads (fences, BUDGET phrases) are charged to their layer.
+    eff = dict(alloc.budgets)
+    for layer, ranked in ((Layer.EVIDENCE, ranked_evidence), (Layer.MEMORY, ranked_memory)):
+      over = demands[layer] + pinned[layer] > alloc.budgets[layer.value]
+      eff[layer.value] = max(0, eff[layer.value] - self._overheads(ranked, over, fence))
+    if demands[Layer.CONVERSATION] + pinned[Layer.CONVERSATION] > alloc.budgets["conversation"]:
+      eff["conversation"] = max(0, eff["conversation"] - 8)
+
     # SELECT + COMPRESS + DROP, conversation first (its tail decides which
     # recall hits are already visible), then the ladder's order.
-    tail_start, tail_events = self._tail(call.tail_hint, alloc.budgets["conversation"] - sum(i.tokens for i in inflight))
+    tail_start, tail_events = self._tail(call.tail_hint, eff["conversation"] - sum(i.tokens for i in inflight))
     in_tail = {self.history[p].id for p in range(tail_start, len(self.history))} | {self.history[p].id for p in self._pinned}
     ranked_memory = [m for m in ranked_memory if m.meta.get("group_id") not in in_tail]
-    memory_sel = self._ladder_layer(Layer.MEMORY, ranked_memory, alloc.budgets["memory"], query, events, statuses)
-    evidence_sel = self._ladder_layer(Layer.EVIDENCE, ranked_evidence, alloc.budgets["evidence"], query, events, statuses)
+    memory_sel = self._ladder_layer(Layer.MEMORY, ranked_memory, eff["memory"], query, events, statuses)
+    evidence_sel = self._ladder_layer(Layer.EVIDENCE, ranked_evidence, eff["evidence"], query, events, statuses)
     # Budget a layer left unused flows to the others (payload layers only:
     # re-admitting old turns would move the cached prefix).
-    spare = alloc.budgets["memory"] - memory_sel.used + alloc.budgets["evidence"] - evidence_sel.used
-    spare += max(0, alloc.budgets["conversation"] - self._tail_cost(tail_start) - sum(i.tokens for i in inflight))
+    spare = eff["memory"] - memory_sel.used + eff["evidence"] - evidence_sel.used
+    spare += max(0, eff["conversation"] - self._tail_cost(tail_start) - sum(i.tokens for i in inflight))
+    spare += alloc.unallocated
     received = {"evidence": 0, "memory": 0}
     if spare > 0:
       left = self._readmit(evidence_sel, spare, events, statuses)
@@ -285,13 +294,17 @@ class CompilerSession:
 
     # ASSEMBLE + VALIDATE: measure the real payload, shrink until it fits.
     tools = by_layer[Layer.TOOLS]
+    pointers = render.MAX_BUDGET_POINTERS
     for _ in range(_MAX_VALIDATE_ROUNDS):
       payload, totals = self._assemble(
-          by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc, fence, statuses
+          by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc, fence, statuses, pointers
       )
       if totals["total"] <= alloc.usable:
         break
       if not self._shed_one(memory_sel, evidence_sel, events, statuses, "validate: rendered pack over budget"):
+        if pointers:
+          pointers = 0  # omitted items stay named in the manifest
+          continue
         if tail_start < len(self.history) and not self.history[tail_start].pinned:
           events.append(self._range_event(tail_start, tail_start + 1, "validate: rendered pack over budget"))
           tail_start += 1
@@ -378,15 +391,24 @@ class CompilerSession:
     return self._costed(out)
 
   def _skeleton_tokens(self, by_layer: dict[Layer, list[Item]], user_request: Item, fence: str) -> int:
+    """The payload with every data section empty: headers, TOOLS, BUDGET, request."""
     empty = render.render_payload(
         task=[], tools=by_layer[Layer.TOOLS], evidence=[], memory=[],
-        budget=render.budget_line(100, {}, {"evidence": 99, "memory": 99, "conversation": 99}),
-        user_request=user_request.text, fence=fence,
+        budget=render.budget_line(100, {}, {}), user_request=user_request.text, fence=fence,
     )
-    # Two fences are always present once data exists; count them up front.
-    fences = f"\n<<<DATA {fence}>>>\n<<<END DATA {fence}>>>" * 2
     extra = count_parts(user_request.parts, self.counter) if user_request.parts else 0
-    return MESSAGE_OVERHEAD + self.counter.count(empty + fences) + extra + 8 * render.MAX_BUDGET_POINTERS * 2
+    return MESSAGE_OVERHEAD + self.counter.count(empty) + extra
+
+  def _overheads(self, ranked: list[Item], over_budget: bool, fence: str) -> int:
+    """What a non-empty data section costs beyond its items: the fence lines,
+    and its phrase in the BUDGET line when items will be omitted."""
+    if not ranked:
+      return 0
+    cost = self.counter.count(f"<<<DATA {fence}>>>\n<<<END DATA {fence}>>>\n")
+    if over_budget:
+      longest = sorted((len(i.pointer()) for i in ranked), reverse=True)[: render.MAX_BUDGET_POINTERS]
+      cost += 16 + sum(n // 2 + 2 for n in longest)
+    return cost
 
   def _tighten_fixed(self, by_layer, events, statuses) -> bool:
     """Trims examples from tool descriptions and cuts the step to its lead sentence."""
@@ -543,7 +565,7 @@ class CompilerSession:
         return True
     return False
 
-  def _assemble(self, by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc: Allocation, fence, statuses):
+  def _assemble(self, by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc: Allocation, fence, statuses, pointers):
     evidence = list(reversed(evidence_sel.kept))  # best last, nearest the request
     memory = sorted(memory_sel.kept, key=lambda i: (i.provenance.timestamp or 0.0, i.id))
     omitted: dict[str, list[str]] = {}
@@ -566,7 +588,7 @@ class CompilerSession:
     pct = min(100, round(100 * stable / alloc.usable)) if alloc.usable else 100
     payload = render.render_payload(
         task=task_items, tools=tools, evidence=evidence, memory=memory,
-        budget=render.budget_line(pct, omitted, counts), user_request=user_request.text, fence=fence,
+        budget=render.budget_line(pct, omitted, counts, pointers), user_request=user_request.text, fence=fence,
     )
     payload_tokens = MESSAGE_OVERHEAD + self.counter.count(payload)
     if user_request.parts:

@@ -6,6 +6,7 @@ later inside a model call.
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from typing import Literal, Optional
 
@@ -79,8 +80,8 @@ class Floors(BaseModel):
 
   @model_validator(mode="after")
   def _below_window(self) -> "Floors":
-    total = self.system + self.task + self.tools + self.slack_min
-    if total >= 1.0:
+    total = math.fsum((self.system, self.task, self.tools, self.slack_min))
+    if total >= 1.0 - 1e-9:
       raise ValueError(
           f"floors sum to {total:.0%} of the window; they must leave a remainder"
           " (system + task + tools + slack_min < 100%)"
@@ -118,8 +119,8 @@ class PackPolicy(BaseModel):
   @model_validator(mode="after")
   def _weights_valid(self) -> "PackPolicy":
     if self.weight_overrides is not None:
-      if any(w < 0 for w in self.weight_overrides):
-        raise ValueError("weight_overrides must be non-negative")
+      if any(not math.isfinite(w) or w < 0 for w in self.weight_overrides):
+        raise ValueError("weight_overrides must be finite and non-negative")
       if sum(self.weight_overrides) <= 0:
         raise ValueError("weight_overrides must not all be zero")
     return self

@@ -85,18 +85,23 @@ def _fenced(lines: Sequence[str], fence: str) -> list[str]:
   return [open_, *safe, close]
 
 
-def budget_line(pct_used: int, omitted: dict[str, list[str]], omitted_counts: dict[str, int]) -> str:
+def budget_line(
+    pct_used: int, omitted: dict[str, list[str]], omitted_counts: dict[str, int], max_pointers: int = MAX_BUDGET_POINTERS
+) -> str:
+  """Tells the model what was left out, with up to ``max_pointers`` URIs per layer."""
   parts = [f"context {pct_used}% used"]
   for layer in ("evidence", "memory", "conversation"):
     n = omitted_counts.get(layer, 0)
     if not n:
       continue
     noun = "earlier turns" if layer == "conversation" else f"{layer} items"
-    ptrs = omitted.get(layer, [])[:MAX_BUDGET_POINTERS]
+    ptrs = omitted.get(layer, [])[:max_pointers]
     more = n - len(ptrs)
     text = f"{n} {noun} omitted"
     if ptrs and layer != "conversation":
       text += ": " + ", ".join(ptrs) + (f" (+{more} more in manifest)" if more > 0 else "")
+    elif more > 0 and layer != "conversation":
+      text += " (listed in manifest)"
     parts.append(text)
   return "- " + "; ".join(parts)
 

@@ -220,6 +220,27 @@ async def test_both_workers_compile_the_same_pack(redis_url):
   assert b["last_pack"]["input_sha256"] == a["last_pack"]["input_sha256"]
 
 
+def test_sync_runner_run_uses_a_new_loop_per_call(redis_url):
+  # Runner.run() drives each call on a fresh event loop in a thread; a store
+  # built from a URL must not reuse a client bound to a previous loop.
+  sessions = RedisSessionService(redis_url)
+  llm = FixedLlm(seen=[])
+  runner = Runner(
+      app=App(name=APP, root_agent=LlmAgent(name="helper", model=llm)),
+      session_service=sessions, auto_create_session=True,
+  )
+  for text in ("first question", "second question", "third question"):
+    events = list(runner.run(
+        user_id=USER, session_id="sync-session",
+        new_message=types.Content(role="user", parts=[types.Part(text=text)]),
+    ))
+    assert events[-1].content.parts[0].text == "You are studying graphs."
+  assert "first question" in llm.seen[-1] and "second question" in llm.seen[-1]
+  stored = asyncio.run(sessions.get_session(
+      app_name=APP, user_id=USER, session_id="sync-session"))
+  assert len(stored.events) == 6
+
+
 if __name__ == "__main__":
   params = json.loads(sys.argv[1])
   result = asyncio.run(run_turn(

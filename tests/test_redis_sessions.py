@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -415,6 +415,34 @@ async def test_tenant_isolation_with_colliding_ids(svc, redis_url):
   assert await svc.get_user_state(app_name="a:b", user_id="intruder") == {}
 
 
+async def test_works_with_a_decode_responses_client(redis_url):
+  client = redis_asyncio.Redis.from_url(redis_url, decode_responses=True)
+  svc = RedisSessionService(client)
+  s = await svc.create_session(
+      app_name=APP, user_id="u", state={"app:a": "é", "user:b": [1]})
+  await svc.append_event(s, ev("e1", text="naïve ☃", delta={"k": {"x": 1}}))
+  g = await svc.get_session(app_name=APP, user_id="u", session_id=s.id)
+  assert g.state == {"app:a": "é", "user:b": [1], "k": {"x": 1}}
+  assert g.events[0].content.parts[0].text == "naïve ☃"
+  listed = await svc.list_sessions(app_name=APP)
+  assert [x.id for x in listed.sessions] == [s.id]
+  assert await svc.get_user_state(app_name=APP, user_id="u") == {"b": [1]}
+  await svc.close()
+  assert await client.ping()  # a caller's client is not closed for them
+  await client.aclose()
+
+
+def test_constructor_rejects_what_it_cannot_use(redis_url):
+  with pytest.raises(TypeError, match="async"):
+    RedisSessionService(redis.Redis.from_url(redis_url))
+  with pytest.raises(ValueError, match="redis://"):
+    RedisSessionService("http://127.0.0.1:6379")
+  with pytest.raises(ValueError, match="brace"):
+    RedisSessionService(redis_url, key_prefix="a{b}")
+  with pytest.raises(ValueError, match="ttl_seconds"):
+    RedisSessionService(redis_url, ttl_seconds=0)
+
+
 async def test_keys_share_one_slot_and_delete_removes_all(svc, redis_url):
   s = await svc.create_session(
       app_name="shop", user_id="ann", session_id="s{1}", state={"user:x": 1}
@@ -477,8 +505,18 @@ async def test_corrupt_data_raises_naming_the_key(svc, redis_url):
   await fresh("bad-event")
   r.xadd(b"aether:{app:u}:session:bad-event:events", {b"e": b"{not json",
                                                        b"t": b"2e9"})
-  with pytest.raises(CorruptDataError, match="session:bad-event:events"):
+  r.hincrby(b"aether:{app:u}:session:bad-event", b"ver", 1)
+  with pytest.raises(CorruptDataError,
+                     match="session:bad-event:events.*not parse"):
     await get("bad-event")
+
+  s = await fresh("evicted")
+  r.delete(b"aether:{app:u}:session:evicted:events")
+  with pytest.raises(CorruptDataError,
+                     match="session:evicted:events.*0 events.*1 appends"):
+    await get("evicted")
+  with pytest.raises(CorruptDataError, match="session:evicted:events"):
+    await svc.append_event(s, ev("evicted-e2"))
 
   await fresh("bad-state")
   r.hset(b"aether:{app:u}:session:bad-state", b"s:k", b"{oops")

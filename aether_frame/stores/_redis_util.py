@@ -6,11 +6,14 @@ reports Redis failures the same way.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from typing import Iterable
 from typing import Sequence
 from urllib.parse import quote
+import weakref
 
+import redis
 from redis import exceptions as redis_errors
 import redis.asyncio as redis_asyncio
 from redis.asyncio.cluster import RedisCluster
@@ -29,27 +32,114 @@ DEFAULT_PREFIX = "aether"
 UNAVAILABLE_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError)
 
 
-def make_client(
-    redis_client_or_url: Any, *, cluster: bool | None = None
-) -> tuple[RedisClient, bool]:
-  """Returns (client, owned): owned clients are closed by the store."""
-  if isinstance(redis_client_or_url, str):
-    url = redis_client_or_url
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-      raise ValueError(
-          f"Redis URL must start with redis://, rediss:// or unix://, got {url!r}"
+def _client_from_url(url: str, cluster: bool) -> RedisClient:
+  if cluster:
+    return RedisCluster.from_url(url)
+  # from_url() alone never retries; every store operation is idempotent
+  # (appends dedupe by event id), so re-sending after a dropped reply is safe.
+  return redis_asyncio.Redis.from_url(url, retry=default_retry())
+
+
+class Connection:
+  """The client (and its scripts) a store uses on the running event loop.
+
+  A redis.asyncio client only works on the loop that opened its connections,
+  and ADK's sync `Runner.run()` starts a new loop per call. A store built from
+  a URL therefore opens one client per loop; a client passed in is used as is
+  (and never closed by the store).
+  """
+
+  def __init__(
+      self,
+      redis_client_or_url: Any,
+      sources: dict[str, str],
+      *,
+      cluster: bool | None = None,
+  ) -> None:
+    self._sources = sources
+    self._url: str | None = None
+    self._fixed: tuple[RedisClient, Scripts] | None = None
+    self._per_loop: weakref.WeakKeyDictionary[Any, tuple[RedisClient, Scripts]]
+    self._per_loop = weakref.WeakKeyDictionary()
+    if isinstance(redis_client_or_url, str):
+      url = redis_client_or_url
+      if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError(
+            "Redis URL must start with redis://, rediss:// or unix://, got"
+            f" {url!r}"
+        )
+      self._url = url
+      self.cluster = bool(cluster)
+    elif isinstance(redis_client_or_url, (redis.Redis, redis.RedisCluster)):
+      raise TypeError(
+          "The Redis stores are async: pass a redis.asyncio.Redis or"
+          " redis.asyncio.RedisCluster client (or a URL), not the sync"
+          f" {type(redis_client_or_url).__name__}"
       )
-    if cluster:
-      return RedisCluster.from_url(url), True
-    # from_url() alone never retries; every store operation is idempotent
-    # (appends dedupe by event id), so re-sending after a dropped reply is safe.
-    return redis_asyncio.Redis.from_url(url, retry=default_retry()), True
-  if not hasattr(redis_client_or_url, "evalsha"):
-    raise TypeError(
-        "Expected a redis:// or rediss:// URL or a redis.asyncio client, got"
-        f" {type(redis_client_or_url).__name__}"
-    )
-  return redis_client_or_url, False
+    elif hasattr(redis_client_or_url, "evalsha"):
+      client = redis_client_or_url
+      self._fixed = (client, Scripts(client, sources))
+      self.cluster = is_cluster(client)
+    else:
+      raise TypeError(
+          "Expected a redis:// or rediss:// URL or a redis.asyncio client, got"
+          f" {type(redis_client_or_url).__name__}"
+      )
+
+  def _entry(self) -> tuple[RedisClient, Scripts]:
+    if self._fixed is not None:
+      return self._fixed
+    loop = asyncio.get_running_loop()
+    entry = self._per_loop.get(loop)
+    if entry is None:
+      client = _client_from_url(self._url or "", self.cluster)
+      entry = (client, Scripts(client, self._sources))
+      self._per_loop[loop] = entry
+    return entry
+
+  @property
+  def client(self) -> RedisClient:
+    """Client for the running loop (call from inside a coroutine)."""
+    return self._entry()[0]
+
+  @property
+  def scripts(self) -> "Scripts":
+    return self._entry()[1]
+
+  async def close(self) -> None:
+    """Closes the URL-built client of the running loop."""
+    if self._fixed is not None:
+      return
+    try:
+      loop = asyncio.get_running_loop()
+    except RuntimeError:
+      return
+    entry = self._per_loop.pop(loop, None)
+    if entry is not None:
+      await entry[0].aclose()
+
+
+class RedisStoreBase:
+  """Client access and close() shared by the stores; subclasses set _conn."""
+
+  _conn: Connection
+
+  @property
+  def client(self) -> RedisClient:
+    """The redis.asyncio client of the running event loop."""
+    return self._conn.client
+
+  @property
+  def _client(self) -> RedisClient:
+    return self._conn.client
+
+  @property
+  def _scripts(self) -> "Scripts":
+    return self._conn.scripts
+
+  async def close(self) -> None:
+    """Closes the client if the store created it from a URL."""
+    await self._conn.close()
 
 
 def default_retry() -> Retry:
@@ -99,6 +189,11 @@ def text(value: Any) -> str:
 def pairs(flat: Sequence[Any]) -> list[tuple[str, Any]]:
   """[k1, v1, k2, v2] -> [(k1, v1), ...] with decoded keys."""
   return [(text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
+
+
+def hash_flat(mapping: dict[Any, Any]) -> list[Any]:
+  """HGETALL's dict -> the flat [k1, v1, ...] form scripts return."""
+  return [x for kv in mapping.items() for x in kv]
 
 
 def flatten(mapping: Iterable[tuple[str, str]]) -> list[str]:

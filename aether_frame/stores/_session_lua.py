@@ -71,6 +71,16 @@ local function no_orphans()
   end
 end
 
+-- Every append adds one stream entry and bumps ver, and nothing trims the
+-- stream, so a mismatch means keys were evicted, truncated or edited.
+local function check_count(ver)
+  local n = redis.call('XLEN', KEYS[2])
+  if n ~= tonumber(ver) then
+    corrupt(KEYS[2], 'holds ' .. n .. ' events but the session hash records '
+            .. ver .. ' appends (evicted by maxmemory-policy, or edited?)')
+  end
+end
+
 local function expire_all(ttl)
   if ttl > 0 then
     for i = 1, #KEYS do
@@ -138,6 +148,7 @@ local ver, mtime, lastid = m[1], m[2], m[3]
 if not ver or not tonumber(ver) or not mtime or not tonumber(mtime) then
   corrupt(KEYS[1], 'field ver or mtime is missing or not a number')
 end
+check_count(ver)
 
 -- Re-delivery of an event already stored (a retry after a lost reply).
 if eid ~= '' then
@@ -208,6 +219,11 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   no_orphans()
   return {'missing'}
 end
+local ver = redis.call('HGET', KEYS[1], 'ver')
+if not ver or not tonumber(ver) then
+  corrupt(KEYS[1], 'field ver is missing or not a number')
+end
+check_count(ver)
 local k = tonumber(ARGV[1])
 local after = tonumber(ARGV[2])
 local out = {}

@@ -71,7 +71,7 @@ class _IndexKeys:
     return f"{self.base}:t:{encoded_term}"
 
 
-class RedisMemoryService(BaseMemoryService):
+class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
   """BM25-ranked long-term memory in Redis, one index per app and user.
 
   Args:
@@ -91,20 +91,11 @@ class RedisMemoryService(BaseMemoryService):
       b: float = 0.75,
       cluster: bool | None = None,
   ) -> None:
-    self._client, self._owns_client = ru.make_client(redis, cluster=cluster)
+    self._conn = ru.Connection(redis, MEMORY_SOURCES, cluster=cluster)
     self._prefix = ru.check_prefix(key_prefix)
-    self._scripts = ru.Scripts(self._client, MEMORY_SOURCES)
     self.max_results = max_results
     self.k1 = k1
     self.b = b
-
-  @property
-  def client(self) -> Any:
-    return self._client
-
-  async def close(self) -> None:
-    if self._owns_client:
-      await self._client.aclose()
 
   @override
   async def add_session_to_memory(self, session: Session) -> None:

@@ -14,7 +14,7 @@ import logging
 from typing import Any
 from typing import Optional
 
-from google.adk.errors._stale_session_error import StaleSessionError
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -104,13 +104,14 @@ def _merge(
   return merged
 
 
-class RedisSessionService(BaseSessionService):
+class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
   """A BaseSessionService whose sessions any worker can continue.
 
   Args:
     redis: a `redis://` / `rediss://` URL or a ready `redis.asyncio.Redis` /
-      `redis.asyncio.RedisCluster` client (closed by `close()` only if built
-      here from a URL).
+      `redis.asyncio.RedisCluster` client. From a URL the service opens one
+      client per event loop (ADK's sync Runner.run uses a loop per call) and
+      `close()` closes it; a client passed in is never closed here.
     key_prefix: first segment of every key.
     ttl_seconds: None (default) keeps sessions forever; otherwise every key a
       write touches gets this TTL again.
@@ -126,23 +127,13 @@ class RedisSessionService(BaseSessionService):
       ttl_seconds: float | None = None,
       cluster: bool | None = None,
   ) -> None:
-    self._client, self._owns_client = ru.make_client(redis, cluster=cluster)
-    self._cluster = ru.is_cluster(self._client)
+    self._conn = ru.Connection(redis, SOURCES, cluster=cluster)
+    self._cluster = self._conn.cluster
     self._prefix = ru.check_prefix(key_prefix)
     self._ttl = ru.ttl_ms(ttl_seconds)
-    self._scripts = ru.Scripts(self._client, SOURCES)
-
-  @property
-  def client(self) -> Any:
-    return self._client
 
   def _keys(self, app_name: str, user_id: str, session_id: str) -> _Keys:
     return _Keys(self._prefix, app_name, user_id, session_id)
-
-  async def close(self) -> None:
-    """Closes the client if this service created it."""
-    if self._owns_client:
-      await self._client.aclose()
 
   @override
   async def create_session(
@@ -226,12 +217,9 @@ class RedisSessionService(BaseSessionService):
       return None
     meta_flat, event_rows, user_flat, app_flat = res[1], res[2], res[3], res[4]
     if self._cluster:
-      app_flat = await ru.guarded(
-          "get_session",
-          keys.app_state,
-          self._client.hgetall(keys.app_state),
-      )
-      app_flat = [x for kv in app_flat.items() for x in kv]
+      app_flat = ru.hash_flat(await ru.guarded(
+          "get_session", keys.app_state, self._client.hgetall(keys.app_state)
+      ))
     meta = dict(ru.pairs(meta_flat))
     self._check_meta(meta, keys, app_name, user_id, session_id)
     events = []
@@ -273,9 +261,7 @@ class RedisSessionService(BaseSessionService):
     app_flat = await ru.guarded(
         "list_sessions", app_key, self._client.hgetall(app_key)
     )
-    app_state = _load_state(
-        [x for kv in app_flat.items() for x in kv], app_key
-    )
+    app_state = _load_state(ru.hash_flat(app_flat), app_key)
     sessions: list[Session] = []
     for uid in user_ids:
       sessions.extend(await self._list_user(app_name, uid, app_state))
@@ -299,14 +285,12 @@ class RedisSessionService(BaseSessionService):
     for keys in all_keys:
       pipe.hgetall(keys.meta)
     replies = await ru.guarded("list_sessions", stub.user_index, pipe.execute())
-    user_state = _load_state(
-        [x for kv in replies[0].items() for x in kv], stub.user_state
-    )
+    user_state = _load_state(ru.hash_flat(replies[0]), stub.user_state)
     out = []
     for sid, keys, meta_map in zip(ids, all_keys, replies[1:]):
       if not meta_map:
         continue  # deleted or expired since the index was read
-      meta_flat = [x for kv in meta_map.items() for x in kv]
+      meta_flat = ru.hash_flat(meta_map)
       meta = dict(ru.pairs(meta_flat))
       self._check_meta(meta, keys, app_name, user_id, sid)
       session = Session(
@@ -346,7 +330,7 @@ class RedisSessionService(BaseSessionService):
     flat = await ru.guarded(
         "get_user_state", key, self._client.hgetall(key)
     )
-    return _load_state([x for kv in flat.items() for x in kv], key)
+    return _load_state(ru.hash_flat(flat), key)
 
   @override
   async def append_event(self, session: Session, event: Event) -> Event:

@@ -32,7 +32,7 @@ def _note_time(note: MemoryEntry) -> float:
   return float(note.custom_metadata.get("event_timestamp", 0.0))
 
 
-class WorkingMemory:
+class WorkingMemory(ru.RedisStoreBase):
   """Notes per (app, user, session, step) that expire after `ttl_seconds`
   (refreshed by every add_note to the step; None keeps them)."""
 
@@ -44,16 +44,10 @@ class WorkingMemory:
       key_prefix: str = ru.DEFAULT_PREFIX,
       cluster: bool | None = None,
   ) -> None:
-    self._client, self._owns_client = ru.make_client(
-        redis_client_or_url, cluster=cluster
-    )
+    self._conn = ru.Connection(
+        redis_client_or_url, NOTE_SOURCES, cluster=cluster)
     self._prefix = ru.check_prefix(key_prefix)
     self._ttl = ru.ttl_ms(ttl_seconds)
-    self._scripts = ru.Scripts(self._client, NOTE_SOURCES)
-
-  async def close(self) -> None:
-    if self._owns_client:
-      await self._client.aclose()
 
   def _steps_key(self, app_name: str, user_id: str, session_id: str) -> str:
     tag = ru.user_tag(self._prefix, app_name, user_id)

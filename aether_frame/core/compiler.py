@@ -181,7 +181,10 @@ class CompilerSession:
         for i in call.inflight
     ]
     input_sha = self._input_hash(call, items, inflight)
-    fence = render.fence_token(input_sha)
+    # The fence depends on the payload's own inputs only, so the payload stays
+    # byte-identical across the tool steps of one invocation; content cannot
+    # predict it because the content is part of what is hashed.
+    fence = render.fence_token(digest([self.policy.policy_hash(), [_item_digest(i) for i in items]]))
 
     # FILTER: empty and duplicate evidence/memory.
     kept_items: list[Item] = []

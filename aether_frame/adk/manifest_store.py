@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from google.genai import types
 
@@ -28,9 +28,17 @@ logger = logging.getLogger("aether_frame." + __name__)
 
 MANIFEST_FILENAME = "context_pack/manifest.json"
 MANIFEST_MIME = "application/json"
-BLOB_SESSION = "_context_pack_blobs"
-"""The per-user artifact scope holding input blobs (a session id no real session has)."""
+BLOB_APP = "context-pack-blobs"
+"""The artifact scope of input blobs: ``app_name=BLOB_APP, user_id=<user>, session_id=<app>``.
+
+No ADK app can have this name (app names are identifiers), so the plugin's
+``list_artifacts`` never sees a blob, and in GCS every blob sits under
+``context-pack-blobs/<user>/<app>/``: one prefix for a lifecycle rule of its
+own, one prefix per user for deletion on request."""
 BLOB_PREFIX = "context_pack/blobs/"
+BLOB_REFRESH_SECONDS = 30 * 86400.0
+"""A blob whose newest copy is older than this is written again when next used,
+so an age-based lifecycle rule on blobs never removes one a recent manifest needs."""
 DEFAULT_TIMEOUT = 5.0
 _KNOWN_MAX = 200_000
 _KNOWN_TTL = 6 * 3600.0
@@ -39,6 +47,11 @@ _KNOWN_TTL = 6 * 3600.0
 
 def blob_filename(key: str) -> str:
   return f"{BLOB_PREFIX}{key}.json"
+
+
+def blob_scope(app: str, user: str, blob_app: str = BLOB_APP) -> dict[str, str]:
+  """Where a user's input blobs live (``user`` is a reserved session segment in ADK's flat stores)."""
+  return {"app_name": blob_app, "user_id": user, "session_id": app if app != "user" else "_user"}
 
 
 def store_uri(service: Any) -> str:
@@ -58,48 +71,59 @@ class FlushReport:
   already_stored: int = 0
   pending: int = 0
   errors: list[str] = field(default_factory=list)
+  busy: bool = False
+  """Another process (or a still-running upload) holds the spool; try again shortly."""
 
 
 class ManifestWriter:
   """Saves manifests; with no artifact service it logs once and keeps running.
 
-  ``spool_dir=False`` turns the spool off (store errors then propagate).
-  ``timeout`` bounds one store attempt: google-cloud-storage retries a dead
-  endpoint for up to 120 s, which must not stall a model call.
+  ``service``: store manifests and blobs in this artifact service (e.g. a
+  ``GcsArtifactService`` on a dedicated bucket with its own lifecycle) instead
+  of the app's. ``spool_dir=False`` turns the spool off (store errors then
+  propagate). ``timeout`` bounds one store attempt: google-cloud-storage
+  retries a dead endpoint for up to 120 s, which must not stall a model call.
   """
 
   def __init__(
       self,
       filename: str = MANIFEST_FILENAME,
       *,
+      service: Any = None,
       store_inputs: bool = True,
       chunk_size: int = replay_inputs.DEFAULT_CHUNK_SIZE,
-      blob_session: str = BLOB_SESSION,
+      blob_app: str = BLOB_APP,
+      refresh_after: float = BLOB_REFRESH_SECONDS,
       spool_dir: Union[str, Path, None, bool] = None,
       timeout: float = DEFAULT_TIMEOUT,
   ):
     self.filename = filename
+    self.service = service
     self.store_inputs = store_inputs
     self.chunk_size = chunk_size
-    self.blob_session = blob_session
+    self._encoder = replay_inputs.InputEncoder(chunk_size)
+    self.blob_app = blob_app
+    self.refresh_after = refresh_after
     self.spool = None if spool_dir is False else Spool(default_spool_dir() if spool_dir in (None, True) else spool_dir)
     self.timeout = timeout
     self._warned: set[str] = set()
     self.last_document: Optional[dict[str, Any]] = None
     self.last_write: dict[str, Any] = {}
     self.stats = {"stored": 0, "spooled": 0, "flushed": 0, "blobs_written": 0, "blob_bytes": 0, "manifest_bytes": 0}
-    self._known: set[tuple[str, str, str]] = set()
+    self._known: dict[tuple[str, ...], set[str]] = {}
+    """store + blob scope → blob keys known to be there (checked at most every _KNOWN_TTL)."""
     self._known_since = time.monotonic()
     self._orphans: dict[str, asyncio.Task] = {}
     self._flush_lock: Optional[asyncio.Lock] = None
 
   # ---------------------------------------------------------------- document
-  def prepare(self, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The finalized document and the input blobs it references."""
+  def prepare(self, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None,
+              stream: Any = None) -> tuple[dict[str, Any], Mapping[str, bytes]]:
+    """The finalized document and the input blobs it references (``stream``: one per session and agent)."""
     blobs: dict[str, bytes] = {}
     if self.store_inputs and compile_input is not None:
       try:
-        enc = replay_inputs.encode(compile_input(), chunk_size=self.chunk_size)
+        enc = self._encoder.encode(compile_input(), stream=stream)
         body = {**body, replay_inputs.INPUTS_KEY: enc.section}
         blobs = enc.blobs
       except Exception as e:  # the manifest still matters without its inputs
@@ -113,25 +137,29 @@ class ManifestWriter:
   # ------------------------------------------------------------------- write
   async def write(self, ctx, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> Optional[int]:
     """Stores the manifest; returns its version, or None if spooled or not stored."""
-    doc, blobs = self.prepare(body, runtime, compile_input)
-    self.last_document = doc
     ic = ctx._invocation_context
-    service = ic.artifact_service
+    doc, blobs = self.prepare(body, runtime, compile_input, stream=(ic.app_name, ic.user_id, ic.session.id, body.get("agent")))
+    self.last_document = doc
+    service = self.service or ic.artifact_service
+    if self.service is not None:
+      ctx = None  # a store of our own: not one of the session's artifacts, so no artifact_delta
     if service is None:
       self._warn("no-service", "no artifact service configured; context-pack manifests are not stored")
       return None
     entry = make_entry(
         store=store_uri(service), app=ic.app_name, user=ic.user_id, session=ic.session.id,
-        filename=self.filename, blob_session=self.blob_session, manifest=doc, blobs=blobs,
+        filename=self.filename, blob_app=self.blob_app, manifest=doc, blobs={},
     )
     if self.spool is None:
-      return await self._store(service, entry, ctx=ctx)
+      return await self._store(service, entry, ctx=ctx, blobs=blobs)
+    for name in [n for n, t in self._orphans.items() if t.done() and not (self.spool.root / n).exists()]:
+      del self._orphans[name]  # settled, and its entry was flushed elsewhere (e.g. the CLI)
     if self.spool.pending(entry["store"]):
       await self.flush(service)
       if self.spool.pending(entry["store"]):
-        self._to_spool(entry, "earlier manifests are still waiting in the spool")
+        self._to_spool(entry, blobs, "earlier manifests are still waiting in the spool")
         return None
-    task = asyncio.ensure_future(self._store(service, entry, ctx=ctx))
+    task = asyncio.ensure_future(self._store(service, entry, ctx=ctx, blobs=blobs))
     done, _ = await asyncio.wait({task}, timeout=self.timeout)
     if task in done and task.exception() is None:
       return task.result()
@@ -139,22 +167,33 @@ class ManifestWriter:
       reason = f"{type(task.exception()).__name__}: {task.exception()}"
     else:
       reason = f"no answer within {self.timeout:g}s"
-    path = self._to_spool(entry, reason)
+    path = self._to_spool(entry, blobs, reason)
     if task not in done:
-      self._orphans[path.name] = task  # may still land; flush checks before re-sending
+      self._adopt(path, task)
     return None
 
-  def _to_spool(self, entry: dict[str, Any], reason: str) -> Path:
+  def _adopt(self, path: Path, task: asyncio.Task) -> None:
+    """An upload that timed out may still land: hold the spool lock until it settles."""
+    self._orphans[path.name] = task
+    if self.spool.acquire():
+      task.add_done_callback(lambda _t: self.spool.release())
+
+  def _to_spool(self, entry: dict[str, Any], blobs: Mapping[str, bytes], reason: str) -> Path:
+    """Spools the manifest with the blobs the store is not known to have."""
+    known = self._known.get((entry["store"], *self._where(entry["app"], entry["user"], entry["blob_app"])), ())
+    entry["blobs"] = {k: blobs[k].decode("utf-8") for k in blobs if k not in known}
     entry["reason"] = reason[:500]
     path = self.spool.add(entry)
     self.stats["spooled"] += 1
     self._warn("spool:" + reason.split(":")[0], "artifact store failed (%s); manifest spooled to %s, the run continues", reason, self.spool.root)
     return path
 
-  async def _store(self, service, entry: dict[str, Any], *, ctx=None, dedupe: bool = False) -> int:
+  async def _store(self, service, entry: dict[str, Any], *, ctx=None, dedupe: bool = False,
+                   blobs: Optional[Mapping[str, bytes]] = None) -> int:
     """Blobs first (a manifest never points at a missing blob), then the manifest."""
     app, user = entry["app"], entry["user"]
-    blob_stats = await self._put_blobs(service, app, user, entry.get("blob_session", self.blob_session), entry_blobs(entry))
+    blobs = entry_blobs(entry) if blobs is None else blobs
+    blob_stats = await self._put_blobs(service, blob_scope(app, user, entry.get("blob_app", self.blob_app)), blobs, entry["store"])
     data = manifest_doc.dumps(entry["manifest"])
     kw = dict(app_name=app, user_id=user, session_id=entry["session"], filename=entry["filename"])
     if dedupe:
@@ -173,42 +212,52 @@ class ManifestWriter:
     self.last_write = {"version": version, "manifest_bytes": len(data), **blob_stats}
     return version
 
-  async def _put_blobs(self, service, app: str, user: str, blob_session: str, blobs: dict[str, bytes]) -> dict[str, int]:
-    if len(self._known) > _KNOWN_MAX or time.monotonic() - self._known_since > _KNOWN_TTL:
+  @staticmethod
+  def _where(app: str, user: str, blob_app: str) -> tuple[str, ...]:
+    scope = blob_scope(app, user, blob_app)
+    return (scope["app_name"], scope["user_id"], scope["session_id"])
+
+  async def _put_blobs(self, service, scope: dict[str, str], blobs: Mapping[str, bytes], store: str) -> dict[str, int]:
+    """Writes the blobs not already there (or whose newest copy is about to age out)."""
+    if sum(map(len, self._known.values())) > _KNOWN_MAX or time.monotonic() - self._known_since > _KNOWN_TTL:
       self._known.clear()
       self._known_since = time.monotonic()
-    todo = [k for k in blobs if (app, user, k) not in self._known]
-    kw = dict(app_name=app, user_id=user, session_id=blob_session)
-    found = await asyncio.gather(*(service.list_versions(**kw, filename=blob_filename(k)) for k in todo))
-    missing = [k for k, versions in zip(todo, found) if not versions]
+    where = (store, scope["app_name"], scope["user_id"], scope["session_id"])
+    known = self._known.setdefault(where, set())
+    todo = [k for k in blobs if k not in known]
+    found = await asyncio.gather(*(service.list_artifact_versions(**scope, filename=blob_filename(k)) for k in todo))
+    stale_before = time.time() - self.refresh_after
+    missing = [k for k, versions in zip(todo, found) if not versions or max(v.create_time for v in versions) < stale_before]
     packed = {k: replay_inputs.pack_blob(blobs[k]) for k in missing}
     await asyncio.gather(*(
-        service.save_artifact(**kw, filename=blob_filename(k), artifact=types.Part(inline_data=types.Blob(mime_type=mime, data=data)))
+        service.save_artifact(**scope, filename=blob_filename(k), artifact=types.Part(inline_data=types.Blob(mime_type=mime, data=data)))
         for k, (data, mime) in packed.items()
     ))
-    self._known.update((app, user, k) for k in todo)
+    known.update(todo)
     nbytes = sum(len(d) for d, _ in packed.values())
     self.stats["blobs_written"] += len(missing)
     self.stats["blob_bytes"] += nbytes
     return {"blobs_written": len(missing), "blob_bytes": nbytes, "blobs_referenced": len(blobs)}
 
   # ------------------------------------------------------------------- flush
-  async def flush(self, service, *, wait: float = 0.0) -> FlushReport:
+  async def flush(self, service, *, wait: float = 0.0, store: Optional[str] = None) -> FlushReport:
     """Uploads this store's spooled writes, oldest first; stops at the first failure.
 
-    ``wait`` gives a still-running earlier attempt that long to finish.
+    ``wait`` gives a still-running earlier attempt that long to finish;
+    ``store`` picks entries spooled for another store URI (``flush --to``).
     """
     report = FlushReport()
     if self.spool is None:
       return report
     if self._flush_lock is None:
       self._flush_lock = asyncio.Lock()
-    store = store_uri(service)
+    store = store or store_uri(service)
     async with self._flush_lock:
       with self.spool.lock() as mine:
         if not mine:
           report.pending = len(self.spool.pending(store))
-          report.errors.append("another process is flushing this spool")
+          report.errors.append("another process holds this spool (flushing, or waiting on an upload)")
+          report.busy = True
           return report
         for path in self.spool.pending(store):
           orphan = self._orphans.get(path.name)
@@ -216,6 +265,7 @@ class ManifestWriter:
             if not orphan.done() and wait > 0:
               await asyncio.wait({orphan}, timeout=wait)
             if not orphan.done():
+              report.busy = True
               break  # an earlier attempt may still land; sending again could duplicate it
             del self._orphans[path.name]
             if not orphan.cancelled() and orphan.exception() is None:
@@ -227,7 +277,7 @@ class ManifestWriter:
             task = asyncio.ensure_future(self._store(service, entry, dedupe=True))
             done, _ = await asyncio.wait({task}, timeout=max(self.timeout, wait))
             if task not in done:
-              self._orphans[path.name] = task
+              self._adopt(path, task)
               report.errors.append(f"{path.name}: no answer within {max(self.timeout, wait):g}s")
               break
             version = task.result()

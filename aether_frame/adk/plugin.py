@@ -12,6 +12,7 @@ logs once, and is recorded. Configuration errors fail at construction.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -49,6 +50,8 @@ logger = logging.getLogger("aether_frame." + __name__)
 _tracer = trace.get_tracer("aether_frame")
 
 _MAX_SESSIONS = 256
+_ARTIFACT_BACKOFF_SECONDS = 60.0
+_OWN_ARTIFACT_PREFIX = "context_pack/"
 
 
 @dataclass
@@ -62,6 +65,8 @@ class _SessionCache:
   tail_hint: Optional[str] = None
   last_estimate: Optional[int] = None
   model: Optional[str] = None
+  artifact_keys: list[str] = field(default_factory=list)
+  artifacts_retry_at: float = 0.0
 
 
 class ContextPackPlugin(BasePlugin):
@@ -81,6 +86,7 @@ class ContextPackPlugin(BasePlugin):
       working_memory: Any = None,
       manifest_writer: Optional[ManifestWriter] = None,
       include_artifacts: bool = True,
+      artifact_list_timeout: float = 2.0,
       name: str = "aether_frame_context_pack",
       _fault_injector: Optional[Callable[[], None]] = None,
   ):
@@ -105,6 +111,9 @@ class ContextPackPlugin(BasePlugin):
     self.working_memory = working_memory
     self.manifests = manifest_writer or ManifestWriter()
     self.include_artifacts = include_artifacts
+    if artifact_list_timeout <= 0:
+      raise ValueError(f"artifact_list_timeout must be positive, got {artifact_list_timeout!r}")
+    self.artifact_list_timeout = artifact_list_timeout
     self.calibrator = Calibrator()
     self.faults = 0
     self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
@@ -220,7 +229,7 @@ class ContextPackPlugin(BasePlugin):
     evidence = sources.knowledge_items(knowledge)
     items.extend(evidence)
     if self.include_artifacts and ctx._invocation_context.artifact_service is not None:
-      keys = await ctx.list_artifacts()
+      keys = await self._artifact_keys(ctx, cache)
       items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, {MANIFEST_FILENAME}))
     if ctx._invocation_context.memory_service is not None and user_text.strip():
       found = await ctx.search_memory(user_text)
@@ -305,6 +314,26 @@ class ContextPackPlugin(BasePlugin):
         "pack_id": pack.manifest["pack_id"], "version": version, "tokens": estimate,
         "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
     }
+
+  async def _artifact_keys(self, ctx, cache: _SessionCache) -> list[str]:
+    """The session's artifact keys, bounded in time.
+
+    A slow or unreachable store (GCS retries for minutes) must not stall the
+    model call: the listing times out, the last known keys are used, and the
+    store is not asked again for a while.
+    """
+    now = time.monotonic()
+    if now < cache.artifacts_retry_at:
+      return cache.artifact_keys
+    try:
+      keys = await asyncio.wait_for(ctx.list_artifacts(), timeout=self.artifact_list_timeout)
+    except Exception as e:  # includes asyncio.TimeoutError
+      cache.artifacts_retry_at = now + _ARTIFACT_BACKOFF_SECONDS
+      self._log_once(f"artifacts:{type(e).__name__}", logging.WARNING,
+                     "listing artifacts failed (%r); using the last known keys for %ss", e, _ARTIFACT_BACKOFF_SECONDS)
+      return cache.artifact_keys
+    cache.artifact_keys = sorted(k for k in keys if not k.startswith(_OWN_ARTIFACT_PREFIX))
+    return cache.artifact_keys
 
   def _replay_input(self, cache: _SessionCache, call: CallInputs):
     """The replayable input, built lazily by writers that store it."""

@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 SPOOL_SCHEMA = "aether-frame/spool@1"
 SPOOL_ENV = "AETHER_FRAME_SPOOL_DIR"
@@ -46,8 +46,8 @@ def store_tag(store: str) -> str:
   return hashlib.sha256(store.encode("utf-8")).hexdigest()[:10]
 
 
-def make_entry(*, store: str, app: str, user: str, session: str, filename: str, blob_session: str,
-               manifest: dict[str, Any], blobs: dict[str, bytes], reason: str = "") -> dict[str, Any]:
+def make_entry(*, store: str, app: str, user: str, session: str, filename: str, blob_app: str,
+               manifest: dict[str, Any], blobs: Mapping[str, bytes], reason: str = "") -> dict[str, Any]:
   return {
       "schema": SPOOL_SCHEMA,
       "store": store,
@@ -55,7 +55,7 @@ def make_entry(*, store: str, app: str, user: str, session: str, filename: str, 
       "user": user,
       "session": session,
       "filename": filename,
-      "blob_session": blob_session,
+      "blob_app": blob_app,
       "reason": reason,
       "manifest": manifest,
       "blobs": {k: v.decode("utf-8") for k, v in blobs.items()},
@@ -75,6 +75,8 @@ class Spool:
 
   def __init__(self, root: str | os.PathLike):
     self.root = Path(root)
+    self._held = 0
+    self._lock_file = None
 
   def add(self, entry: dict[str, Any]) -> Path:
     self.root.mkdir(parents=True, exist_ok=True)
@@ -115,22 +117,42 @@ class Spool:
     with contextlib.suppress(FileNotFoundError):
       path.unlink()
 
-  @contextlib.contextmanager
-  def lock(self) -> Iterator[bool]:
-    """Non-blocking inter-process lock for a flush; yields False if another process holds it."""
+  def acquire(self) -> bool:
+    """Non-blocking inter-process lock, re-entrant within this Spool object.
+
+    Held while flushing, and while an upload that timed out may still land,
+    so that a ``flush`` in another process cannot send the same manifest twice.
+    """
+    if self._held:
+      self._held += 1
+      return True
     self.root.mkdir(parents=True, exist_ok=True)
+    f = open(self.root / ".lock", "a")
     try:
       import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-      yield True
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:  # pragma: no cover - not POSIX: no inter-process lock
+      pass
+    except OSError:
+      f.close()
+      return False
+    self._lock_file, self._held = f, 1
+    return True
+
+  def release(self) -> None:
+    if not self._held:
       return
-    with open(self.root / ".lock", "a") as f:
-      try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      except OSError:
-        yield False
-        return
-      try:
-        yield True
-      finally:
-        fcntl.flock(f, fcntl.LOCK_UN)
+    self._held -= 1
+    if not self._held and self._lock_file is not None:
+      self._lock_file.close()  # closing the descriptor drops the flock
+      self._lock_file = None
+
+  @contextlib.contextmanager
+  def lock(self) -> Iterator[bool]:
+    """``acquire`` as a context manager; yields False if another process holds the lock."""
+    got = self.acquire()
+    try:
+      yield got
+    finally:
+      if got:
+        self.release()

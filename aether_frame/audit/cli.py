@@ -1,0 +1,300 @@
+"""The manifest subcommands of ``aether-frame``: replay, diff, report, flush, inspect.
+
+``aether_frame.cli`` calls ``add_subcommands(subparsers)``. Every handler
+returns an exit code: 0 fine, 1 a difference (replay) or nothing done, 2 a
+refused (tampered) manifest or an unreadable location, so ``replay`` can gate CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+EXIT_OK, EXIT_DIFF, EXIT_REFUSED = 0, 1, 2
+
+LOCATION_HELP = "gs://BUCKET[/APP[/USER[/SESSION]]], a FileArtifactService folder, or one manifest file"
+
+
+def add_subcommands(subparsers) -> None:
+  p = subparsers.add_parser("replay", help="rebuild every stored pack with this code; non-zero exit on any difference")
+  p.add_argument("location", help=LOCATION_HELP)
+  p.add_argument("--policy-override", metavar="JSON", help='PackPolicy fields to change before rebuilding, e.g. \'{"memory_top_k": 2}\' or @file.json')
+  p.add_argument("--blobs", metavar="LOCATION", help="where the input blobs are, for a lone manifest file (gs://BUCKET/APP/USER or a folder)")
+  p.add_argument("--json", action="store_true", help="one JSON object per call")
+  p.add_argument("-q", "--quiet", action="store_true", help="print only calls that differ, and the summary")
+  p.set_defaults(func=_replay)
+
+  p = subparsers.add_parser("diff", help="what changed between two calls: items and tokens per layer, and where the prompt cache breaks")
+  p.add_argument("refs", nargs="+", metavar="REF",
+                 help="A B (each a manifest file or LOCATION@VERSION), or LOCATION A B (two versions of the one session at LOCATION)")
+  p.add_argument("--blobs", metavar="LOCATION", help="where the input blobs are, for lone manifest files")
+  p.add_argument("--json", action="store_true")
+  p.set_defaults(func=_diff)
+
+  p = subparsers.add_parser("report", help="one self-contained HTML page for a session: budget bars, truncations, cache breaks")
+  p.add_argument("session", help="the session: gs://BUCKET/APP/USER/SESSION or its folder (any location holding exactly one session)")
+  p.add_argument("-o", "--out", help="output file (default: <session>.html)")
+  p.set_defaults(func=_report)
+
+  p = subparsers.add_parser("flush", help="upload spooled manifests (written while the store was down), oldest first")
+  p.add_argument("--spool", help="spool folder (default: $AETHER_FRAME_SPOOL_DIR or ~/.local/state/aether-frame/spool)")
+  p.add_argument("--to", metavar="LOCATION", help="send every entry here (gs://BUCKET or a folder) instead of the store it was meant for")
+  p.add_argument("--timeout", type=float, default=30.0, help="seconds per upload before giving up (default 30)")
+  p.add_argument("--wait", type=float, default=60.0,
+                 help="seconds to wait while an agent process holds the spool (an upload of its may still land; default 60)")
+  p.set_defaults(func=_flush)
+
+  p = subparsers.add_parser("inspect", help="one manifest as a table: layer, budget, used, dropped")
+  p.add_argument("manifest", help="a manifest file, or LOCATION[@VERSION] (latest when no version)")
+  p.add_argument("--json", action="store_true", help="print the verified manifest")
+  p.set_defaults(func=_inspect)
+
+
+# ------------------------------------------------------------------ helpers
+def _err(msg: str) -> None:
+  print(f"aether-frame: {msg}", file=sys.stderr)
+
+
+def _run(coro) -> int:
+  from ..core.manifest import ManifestIntegrityError
+  from .source import LocationError
+  try:
+    return asyncio.run(coro)
+  except ManifestIntegrityError as e:
+    _err(f"refused: {e}")
+    return EXIT_REFUSED
+  except (LocationError, FileNotFoundError, ValueError) as e:
+    _err(str(e))
+    return EXIT_REFUSED
+  except BrokenPipeError:  # output piped into head & co.
+    sys.stdout = open(os.devnull, "w")
+    return EXIT_DIFF
+
+
+async def _one_session(source, loc: str):
+  from .source import LocationError
+  refs = await source.sessions()
+  if not refs:
+    raise LocationError(f"{loc}: no manifests found")
+  if len(refs) > 1:
+    names = ", ".join(r.label() for r in refs[:10]) + (" …" if len(refs) > 10 else "")
+    raise LocationError(f"{loc}: holds {len(refs)} sessions ({names}); name one")
+  return refs[0]
+
+
+async def _load_ref(ref: str, blobs: Optional[str], version: Optional[int] = None, source=None):
+  """(source, stored call) for a ref; the latest version when none is given."""
+  from .source import LocationError, open_location, split_version
+  if source is None:
+    loc, v = split_version(ref)
+    source = open_location(loc, blobs=blobs)
+    version = v if version is None else version
+  else:
+    loc = source.uri
+  sref = await _one_session(source, loc)
+  versions = await source.versions(sref)
+  if version is None:
+    version = versions[-1]
+  elif version < 0:
+    if -version > len(versions):
+      raise LocationError(f"{loc}: has {len(versions)} calls, no {version}")
+    version = versions[version]
+  elif version not in versions:
+    raise LocationError(f"{loc}: no version {version} (have {versions[0]}..{versions[-1]})")
+  return source, await source.load(sref, version)
+
+
+# ------------------------------------------------------------------ replay
+def _replay(args) -> int:
+  return _run(_replay_async(args))
+
+
+async def _replay_async(args) -> int:
+  from .replay import parse_override, replay
+  from .source import open_location
+  override = parse_override(args.policy_override)
+  source = open_location(args.location, blobs=args.blobs)
+
+  def show(rep) -> None:
+    if args.json:
+      print(json.dumps(rep.as_dict(), ensure_ascii=False))
+      return
+    if rep.status == "identical":
+      if not args.quiet:
+        print(f"identical  {rep.label}")
+      return
+    if rep.status in ("refused", "error"):
+      print(f"{rep.status.upper():<10} {rep.label}: {rep.error}")
+      return
+    print(f"DIFFERENT  {rep.label}: layers {', '.join(rep.layers) or '(none)'}")
+    for c in rep.causes:
+      print(f"    why: {c}")
+    for d in rep.differences[:40]:
+      print(f"    {d}")
+    if len(rep.differences) > 40:
+      print(f"    … {len(rep.differences) - 40} more")
+
+  reports = await replay(source, policy_override=override, on_call=show)
+  counts = {s: sum(1 for r in reports if r.status == s) for s in ("identical", "different", "refused", "error")}
+  if not args.json:
+    print(f"{len(reports)} calls: {counts['identical']} identical, {counts['different']} different, "
+          f"{counts['refused']} refused, {counts['error']} errors")
+  if not reports:
+    _err(f"{args.location}: no manifests found")
+    return EXIT_REFUSED
+  if counts["refused"] or counts["error"]:
+    return EXIT_REFUSED
+  return EXIT_DIFF if counts["different"] else EXIT_OK
+
+
+# -------------------------------------------------------------------- diff
+def _diff(args) -> int:
+  return _run(_diff_async(args))
+
+
+async def _diff_async(args) -> int:
+  from .diff import context_diff, format_diff
+  from .replay import default_ranking, rebuild
+  from .source import open_location
+  refs = args.refs
+  if len(refs) == 2:
+    src_a, call_a = await _load_ref(refs[0], args.blobs)
+    src_b, call_b = await _load_ref(refs[1], args.blobs)
+  elif len(refs) == 3:
+    try:
+      va, vb = int(refs[1]), int(refs[2])
+    except ValueError:
+      raise ValueError("diff LOCATION A B: A and B must be version numbers (negative counts from the end)") from None
+    src_a = src_b = open_location(refs[0], blobs=args.blobs)
+    _, call_a = await _load_ref(refs[0], args.blobs, va, source=src_a)
+    _, call_b = await _load_ref(refs[0], args.blobs, vb, source=src_b)
+  else:
+    raise ValueError("diff takes A B, or LOCATION A B")
+  ranking = default_ranking()
+  a = await rebuild(src_a, call_a, ranking=ranking)
+  b = await rebuild(src_b, call_b, ranking=ranking)
+  report = context_diff(a, b)
+  print(json.dumps(report.as_dict(), ensure_ascii=False, indent=1) if args.json else format_diff(report))
+  return EXIT_OK
+
+
+# ------------------------------------------------------------------ report
+def _report(args) -> int:
+  return _run(_report_async(args))
+
+
+async def _report_async(args) -> int:
+  from .report import session_report
+  from .source import open_location
+  source = open_location(args.session)
+  ref = await _one_session(source, args.session)
+  page = await session_report(source, ref)
+  out = Path(args.out or f"{ref.session}.html")
+  out.write_text(page, encoding="utf-8")
+  calls = page.count('<div class="bar">')
+  print(f"wrote {out} ({len(page):,} bytes, {calls} calls)")
+  return EXIT_OK
+
+
+# ------------------------------------------------------------------- flush
+def _flush(args) -> int:
+  return _run(_flush_async(args))
+
+
+def _service_for(store: str):
+  if store.startswith("gs://"):
+    from google.adk.artifacts import GcsArtifactService
+    bucket = store[len("gs://"):].split("/", 1)[0]
+    return GcsArtifactService(bucket)
+  if "@" in store and not Path(store).exists():
+    raise ValueError(f"spooled for an in-process store ({store}); pass --to LOCATION to send it somewhere durable")
+  from google.adk.artifacts import FileArtifactService
+  return FileArtifactService(root_dir=store)
+
+
+async def _flush_async(args) -> int:
+  from ..adk.manifest_store import ManifestWriter, store_uri
+  from .spool import Spool, default_spool_dir
+  spool = Spool(args.spool or default_spool_dir())
+  paths = spool.pending()
+  if not paths:
+    print(f"spool {spool.root}: nothing to flush")
+    return EXIT_OK
+  stores: dict[str, None] = {}
+  for p in paths:
+    stores.setdefault(Spool.read(p).get("store", ""), None)
+  failed = False
+  for store in stores:
+    service = _service_for(args.to or store)
+    writer = ManifestWriter(spool_dir=spool.root, timeout=args.timeout)
+    deadline = time.monotonic() + max(0.0, args.wait)
+    while True:
+      rep = await writer.flush(service, store=store)
+      if not rep.busy or time.monotonic() >= deadline:
+        break
+      await asyncio.sleep(0.25)
+    target = store_uri(service)
+    print(f"{store} → {target}: {rep.flushed} uploaded, {rep.already_stored} already there, {rep.pending} pending")
+    for e in rep.errors:
+      print(f"    error: {e}")
+    failed |= bool(rep.pending or rep.errors)
+  return EXIT_DIFF if failed else EXIT_OK
+
+
+# ----------------------------------------------------------------- inspect
+def _inspect(args) -> int:
+  return _run(_inspect_async(args))
+
+
+def layer_table(doc: dict[str, Any]) -> list[tuple[str, int, int, int, int]]:
+  """(layer, budget, used, dropped items, dropped tokens) per layer."""
+  from .replay import LAYERS
+  dropped: dict[str, list[int]] = {}
+  for r in doc.get("items", []):
+    if r.get("status") in ("dropped", "filtered"):
+      d = dropped.setdefault(r.get("layer", "?"), [0, 0])
+      d[0] += 1
+      d[1] += r.get("tokens") or 0
+  tail = doc.get("tail") or {}
+  conv_dropped = max(0, int(tail.get("history_len", 0)) - int(tail.get("kept", 0)))
+  conv_tokens = sum(e.get("tokens", 0) for e in doc.get("truncation_events", []) if e.get("layer") == "conversation" and "range" in e)
+  dropped["conversation"] = [conv_dropped, conv_tokens]
+  rows = []
+  for name in LAYERS:
+    lay = doc.get("layers", {}).get(name)
+    if lay is None:
+      continue
+    n, t = dropped.get(name, [0, 0])
+    rows.append((name, lay.get("budget", 0), lay.get("used", 0), n, t))
+  return rows
+
+
+async def _inspect_async(args) -> int:
+  from ..core.manifest import verify
+  _, call = await _load_ref(args.manifest, None)
+  doc = verify(call.doc, where=call.where)
+  if args.json:
+    print(json.dumps(doc, ensure_ascii=False, indent=1, sort_keys=True))
+    return EXIT_OK
+  totals = doc.get("totals") or {}
+  tok = doc.get("tokenizer") or {}
+  print(f"{call.label}  {doc.get('pack_id')}  checksum ok")
+  print(f"session {doc.get('session_id')}  agent {doc.get('agent')}  model {doc.get('model')}  tokenizer {tok.get('name')}")
+  print(f"window {doc.get('window')}  reserve {doc.get('reserve')}  usable {doc.get('usable')}  "
+        f"total {totals.get('tokens')} ({totals.get('pct_used')}% of usable)  valid {doc.get('valid')}")
+  print()
+  print(f"{'layer':<14}{'budget':>8}{'used':>8}{'dropped':>9}{'tokens':>8}")
+  for name, budget, used, n, t in layer_table(doc):
+    print(f"{name:<14}{budget:>8}{used:>8}{n:>9}{t:>8}")
+  events = doc.get("truncation_events") or []
+  if events:
+    print()
+    print(f"{len(events)} truncation events:")
+    for e in events[:20]:
+      print(f"  {e.get('stage')} {e.get('layer')}: {e.get('reason')}")
+  return EXIT_OK

@@ -1,0 +1,273 @@
+"""Where stored manifests are read from: ``gs://bucket/prefix``, a local folder, one file.
+
+Reading goes through ADK's own artifact services (``GcsArtifactService``,
+``FileArtifactService``), the same code that wrote them. The one thing ADK
+has no call for is enumerating sessions; for GCS that is a delimiter listing
+on the service's own storage client, for a folder a directory walk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from ..adk.manifest_store import BLOB_APP, MANIFEST_FILENAME, blob_filename, blob_scope
+from . import inputs as replay_inputs
+from .spool import entry_blobs, is_entry
+
+_LEGACY_BLOB_SESSION = "_context_pack_blobs"
+_VERSION_SUFFIX = re.compile(r"^(?P<loc>.+)@(?P<v>-?\d+)$")
+
+
+class LocationError(ValueError):
+  """A location that cannot be read (bad syntax, nothing there)."""
+
+
+@dataclass(frozen=True)
+class SessionRef:
+  app: str
+  user: str
+  session: str
+
+  def label(self) -> str:
+    return f"{self.app}/{self.user}/{self.session}"
+
+
+@dataclass
+class StoredCall:
+  """One stored manifest: where it lives, and the parsed document (not yet verified)."""
+
+  ref: SessionRef
+  version: Optional[int]
+  doc: dict[str, Any]
+  where: str
+
+  @property
+  def label(self) -> str:
+    return f"{self.ref.label()} v{self.version}" if self.version is not None else self.where
+
+
+def split_version(loc: str) -> tuple[str, Optional[int]]:
+  """``LOCATION@N`` → (LOCATION, N); N < 0 counts from the end."""
+  m = _VERSION_SUFFIX.match(loc)
+  if m and not Path(loc).exists():
+    return m.group("loc"), int(m.group("v"))
+  return loc, None
+
+
+def _part_bytes(part) -> Optional[bytes]:
+  if part is None:
+    return None
+  if part.inline_data is not None and part.inline_data.data is not None:
+    return part.inline_data.data
+  if part.text is not None:
+    return part.text.encode("utf-8")
+  return None
+
+
+class Source:
+  """Manifests and blobs behind one ADK artifact service, optionally narrowed to a prefix."""
+
+  def __init__(self, service, uri: str, app: Optional[str] = None, user: Optional[str] = None, session: Optional[str] = None,
+               *, blob_app: str = BLOB_APP, filename: str = MANIFEST_FILENAME):
+    self.service = service
+    self.uri = uri
+    self.app, self.user, self.session = app, user, session
+    self.blob_app = blob_app
+    self.filename = filename
+    self._blobs: dict[tuple[str, str], dict[str, bytes]] = {}
+
+  async def _candidate_sessions(self) -> list[SessionRef]:
+    raise NotImplementedError
+
+  async def sessions(self) -> list[SessionRef]:
+    """Sessions under the location that have at least one manifest."""
+    if self.app and self.user and self.session:
+      refs = [SessionRef(self.app, self.user, self.session)]
+    else:
+      refs = await self._candidate_sessions()
+    out = []
+    for ref in refs:
+      if ref.app == self.blob_app:
+        continue
+      if await self.versions(ref):
+        out.append(ref)
+    return sorted(out, key=lambda r: (r.app, r.user, r.session))
+
+  async def versions(self, ref: SessionRef) -> list[int]:
+    return sorted(await self.service.list_versions(app_name=ref.app, user_id=ref.user, session_id=ref.session, filename=self.filename))
+
+  async def load(self, ref: SessionRef, version: int) -> StoredCall:
+    part = await self.service.load_artifact(app_name=ref.app, user_id=ref.user, session_id=ref.session, filename=self.filename, version=version)
+    data = _part_bytes(part)
+    where = f"{self.uri} {ref.label()} v{version}"
+    if data is None:
+      raise LocationError(f"{where}: manifest version not found")
+    try:
+      doc = json.loads(data)
+    except ValueError as e:
+      raise LocationError(f"{where}: not JSON ({e})") from None
+    return StoredCall(ref, version, doc, where)
+
+  async def calls(self, ref: SessionRef) -> list[StoredCall]:
+    return [await self.load(ref, v) for v in await self.versions(ref)]
+
+  async def blobs(self, app: str, user: str, keys: list[str]) -> dict[str, bytes]:
+    """Fetches ``keys`` (cached); missing ones are left out for the caller to report."""
+    cache = self._blobs.setdefault((app, user), {})
+    todo = [k for k in dict.fromkeys(keys) if k not in cache]
+
+    async def one(key: str) -> tuple[str, Optional[bytes]]:
+      part = await self.service.load_artifact(**blob_scope(app, user, self.blob_app), filename=blob_filename(key))
+      if part is None:  # written by an early version, in a pseudo-session of the app
+        part = await self.service.load_artifact(app_name=app, user_id=user, session_id=_LEGACY_BLOB_SESSION, filename=blob_filename(key))
+      data = _part_bytes(part)
+      return key, replay_inputs.unpack_blob(data) if data is not None else None
+
+    for key, data in await asyncio.gather(*(one(k) for k in todo)):
+      if data is not None:
+        cache[key] = data
+    return cache
+
+
+class GcsSource(Source):
+  async def _candidate_sessions(self) -> list[SessionRef]:
+    return await asyncio.to_thread(self._list_sessions)
+
+  def _prefixes(self, prefix: str) -> list[str]:
+    it = self.service.storage_client.list_blobs(self.service.bucket, prefix=prefix, delimiter="/")
+    for _ in it.pages:
+      pass
+    return sorted(p[len(prefix):].rstrip("/") for p in it.prefixes)
+
+  def _list_sessions(self) -> list[SessionRef]:
+    apps = [self.app] if self.app else [a for a in self._prefixes("") if a != self.blob_app]
+    out = []
+    for app in apps:
+      users = [self.user] if self.user else self._prefixes(f"{app}/")
+      for user in users:
+        for session in self._prefixes(f"{app}/{user}/"):
+          if session != "user":  # ADK's user-namespace segment
+            out.append(SessionRef(app, user, session))
+    return out
+
+
+class FolderSource(Source):
+  async def _candidate_sessions(self) -> list[SessionRef]:
+    root = Path(self.service.root_dir) / "apps"
+    out = []
+    for app_dir in sorted(root.glob(self.app or "*")):
+      if app_dir.name == self.blob_app:
+        continue
+      for user_dir in sorted((app_dir / "users").glob(self.user or "*")):
+        for sess_dir in sorted((user_dir / "sessions").glob("*")):
+          if (sess_dir / "artifacts" / self.filename).exists():
+            out.append(SessionRef(app_dir.name, user_dir.name, sess_dir.name))
+    return out
+
+
+class FileSource:
+  """One manifest file: a spool entry (blobs inside), or a manifest with a blob source beside it."""
+
+  def __init__(self, path: Path, blob_source: Optional[Source] = None):
+    self.path = path
+    self.uri = str(path)
+    try:
+      raw = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:
+      raise LocationError(f"{path}: not JSON ({e})") from None
+    self.blob_source = blob_source
+    self._bundle: dict[str, bytes] = {}
+    version = None
+    if is_entry(raw):
+      self.ref = SessionRef(raw["app"], raw["user"], raw["session"])
+      doc = raw["manifest"]
+      self._bundle = entry_blobs(raw)
+    else:
+      doc = raw
+      tree = _file_tree_position(path)
+      if tree is not None and blob_source is None:
+        root, self.ref, version = tree
+        from google.adk.artifacts import FileArtifactService
+        self.blob_source = FolderSource(FileArtifactService(root_dir=str(root)), str(root))
+      elif blob_source is not None and blob_source.app and blob_source.user:
+        self.ref = SessionRef(blob_source.app, blob_source.user, str(doc.get("session_id") or "?"))
+      else:
+        self.ref = SessionRef("?", "?", str(doc.get("session_id") if isinstance(doc, dict) else "?"))
+    self.call = StoredCall(self.ref, version, doc, str(path))
+
+  async def sessions(self) -> list[SessionRef]:
+    return [self.ref]
+
+  async def calls(self, ref: SessionRef) -> list[StoredCall]:
+    return [self.call]
+
+  async def versions(self, ref: SessionRef) -> list[int]:
+    return [self.call.version if self.call.version is not None else 0]
+
+  async def load(self, ref: SessionRef, version: int) -> StoredCall:
+    return self.call
+
+  async def blobs(self, app: str, user: str, keys: list[str]) -> dict[str, bytes]:
+    have = dict(self._bundle)
+    missing = [k for k in keys if k not in have]
+    if missing and self.blob_source is not None:
+      have.update(await self.blob_source.blobs(app, user, missing))
+    return have
+
+
+def _file_tree_position(path: Path):
+  """(root, ref, version) when ``path`` is a manifest inside a FileArtifactService tree."""
+  parts = path.resolve().parts
+  try:
+    i = len(parts) - 1 - parts[::-1].index("apps")
+  except ValueError:
+    return None
+  rest = parts[i + 1:]
+  # apps/A/users/U/sessions/S/artifacts/<filename...>/versions/N/<name>
+  if len(rest) < 9 or rest[1] != "users" or rest[3] != "sessions" or rest[5] != "artifacts" or rest[-3] != "versions":
+    return None
+  try:
+    version = int(rest[-2])
+  except ValueError:
+    return None
+  return Path(*parts[:i]), SessionRef(rest[0], rest[2], rest[4]), version
+
+
+def open_location(loc: str, *, blobs: Optional[str] = None):
+  """A ``Source`` for ``gs://bucket[/app[/user[/session]]]``, a folder, or a manifest file."""
+  if loc.startswith("gs://"):
+    bucket, _, prefix = loc[len("gs://"):].partition("/")
+    if not bucket:
+      raise LocationError(f"{loc}: no bucket name")
+    segs = [s for s in prefix.split("/") if s]
+    if len(segs) > 3:
+      raise LocationError(f"{loc}: expected gs://BUCKET[/APP[/USER[/SESSION]]]")
+    from google.adk.artifacts import GcsArtifactService  # needs google-cloud-storage
+    segs += [None] * (3 - len(segs))
+    return GcsSource(GcsArtifactService(bucket), f"gs://{bucket}", *segs)
+  path = Path(loc).expanduser()
+  if path.is_file():
+    return FileSource(path, open_location(blobs) if blobs else None)
+  if path.is_dir():
+    return _folder(path)
+  raise LocationError(f"{loc}: no such file, folder or gs:// location")
+
+
+def _folder(path: Path) -> FolderSource:
+  from google.adk.artifacts import FileArtifactService
+  parts = path.resolve().parts
+  if "apps" in parts:
+    i = len(parts) - 1 - parts[::-1].index("apps")
+    root, rest = Path(*parts[:i]), parts[i + 1:]
+    app = rest[0] if len(rest) >= 1 else None
+    user = rest[2] if len(rest) >= 3 and rest[1] == "users" else None
+    session = rest[4] if len(rest) >= 5 and rest[3] == "sessions" else None
+    return FolderSource(FileArtifactService(root_dir=str(root)), str(path), app, user, session)
+  if not (path / "apps").is_dir():
+    raise LocationError(f"{path}: not a FileArtifactService folder (no apps/ inside)")
+  return FolderSource(FileArtifactService(root_dir=str(path)), str(path))

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Applies the manifest bucket's lifecycle, retention and access settings with gcloud (or gsutil).
+#
+#   infra/apply_bucket_policy.sh gs://BUCKET --app APP [--app APP2 ...] [--create --location EU]
+#       [--manifest-days 90] [--blob-days 180] [--retention-days 30] [--soft-delete-days 7]
+#       [--nearline-days 30] [--lock-retention] [--dry-run]
+#
+# The lifecycle rules come from infra/lifecycle.json, with the YOUR_APP/ prefix replaced by one
+# prefix per --app (ADK's GcsArtifactService stores objects as <app>/<user>/<session>/<file>/<n>),
+# and the ages from infra/retention.env or the flags. --dry-run prints the commands and the
+# rendered lifecycle file without touching anything.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=retention.env
+source "$here/retention.env"
+
+bucket="" apps=() create=0 location="" lock=0 dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    gs://*) bucket="${1%/}" ;;
+    --app) apps+=("$2"); shift ;;
+    --create) create=1 ;;
+    --location) location="$2"; shift ;;
+    --manifest-days) MANIFEST_DAYS="$2"; shift ;;
+    --blob-days) BLOB_DAYS="$2"; shift ;;
+    --retention-days) RETENTION_DAYS="$2"; shift ;;
+    --soft-delete-days) SOFT_DELETE_DAYS="$2"; shift ;;
+    --nearline-days) NEARLINE_DAYS="$2"; shift ;;
+    --lock-retention) lock=1 ;;
+    --dry-run) dry=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ -n "$bucket" ] || { echo "usage: $0 gs://BUCKET --app APP [...] (see --help)" >&2; exit 2; }
+[ "${#apps[@]}" -gt 0 ] || { echo "name at least one --app (the ADK App name whose manifests expire)" >&2; exit 2; }
+for n in "$MANIFEST_DAYS" "$BLOB_DAYS" "$RETENTION_DAYS" "$SOFT_DELETE_DAYS" "$NEARLINE_DAYS"; do
+  [[ "$n" =~ ^[0-9]+$ ]] || { echo "ages must be whole days, got '$n'" >&2; exit 2; }
+done
+if [ "$RETENTION_DAYS" -gt "$MANIFEST_DAYS" ]; then
+  echo "retention ($RETENTION_DAYS d) must not exceed the manifest age ($MANIFEST_DAYS d): lifecycle could not delete them" >&2; exit 2
+fi
+if [ "$BLOB_DAYS" -lt $((MANIFEST_DAYS + 30)) ]; then
+  echo "blobs ($BLOB_DAYS d) must outlive manifests by the writer's 30-day refresh: use --blob-days >= $((MANIFEST_DAYS + 30))" >&2; exit 2
+fi
+
+rendered="$(mktemp "${TMPDIR:-/tmp}/lifecycle.XXXXXX.json")"
+trap 'rm -f "$rendered"' EXIT
+python3 - "$here/lifecycle.json" "$rendered" "$MANIFEST_DAYS" "$BLOB_DAYS" "$NEARLINE_DAYS" "${apps[@]}" <<'PY'
+import json, sys
+src, dst, manifest_days, blob_days, nearline_days, *apps = sys.argv[1:]
+doc = json.load(open(src))
+for rule in doc["rule"]:
+  cond = rule["condition"]
+  if rule["action"]["type"] == "SetStorageClass":
+    cond["age"] = int(nearline_days)
+  elif cond.get("matchesPrefix") == ["YOUR_APP/"]:
+    cond["age"] = int(manifest_days)
+    cond["matchesPrefix"] = [a.strip("/") + "/" for a in apps]
+  elif cond.get("matchesPrefix") == ["context-pack-blobs/"]:
+    cond["age"] = int(blob_days)
+json.dump(doc, open(dst, "w"), indent=1)
+PY
+
+run() {
+  if [ "$dry" = 1 ]; then printf '+ %s\n' "$*"; else "$@"; fi
+}
+
+if command -v gcloud >/dev/null 2>&1; then
+  if [ "$create" = 1 ]; then
+    run gcloud storage buckets create "$bucket" ${location:+--location="$location"} --uniform-bucket-level-access
+  fi
+  if [ "$RETENTION_DAYS" -gt 0 ]; then retention=(--retention-period="${RETENTION_DAYS}d"); else retention=(--clear-retention-period); fi
+  run gcloud storage buckets update "$bucket" \
+    --lifecycle-file="$rendered" \
+    "${retention[@]}" \
+    --soft-delete-duration="${SOFT_DELETE_DAYS}d" \
+    --uniform-bucket-level-access \
+    --public-access-prevention \
+    --no-versioning
+  if [ "$lock" = 1 ] && [ "$RETENTION_DAYS" -gt 0 ]; then
+    run gcloud storage buckets update "$bucket" --lock-retention-period
+  fi
+elif command -v gsutil >/dev/null 2>&1; then
+  if [ "$create" = 1 ]; then
+    run gsutil mb -b on ${location:+-l "$location"} "$bucket"
+  fi
+  run gsutil lifecycle set "$rendered" "$bucket"
+  if [ "$RETENTION_DAYS" -gt 0 ]; then run gsutil retention set "${RETENTION_DAYS}d" "$bucket"; else run gsutil retention clear "$bucket"; fi
+  run gsutil ubla set on "$bucket"
+  run gsutil pap set enforced "$bucket"
+  run gsutil versioning set off "$bucket"
+  echo "note: gsutil cannot set the soft-delete duration; use: gcloud storage buckets update $bucket --soft-delete-duration=${SOFT_DELETE_DAYS}d" >&2
+  if [ "$lock" = 1 ] && [ "$RETENTION_DAYS" -gt 0 ]; then
+    run gsutil retention lock "$bucket"
+  fi
+else
+  echo "neither gcloud nor gsutil is installed (Google Cloud SDK)" >&2
+  [ "$dry" = 1 ] || exit 3
+fi
+
+if [ "$dry" = 1 ]; then
+  echo "--- lifecycle ($rendered)"
+  cat "$rendered"
+  echo
+fi

@@ -1,0 +1,62 @@
+"""infra/apply_bucket_policy.sh: the rendered lifecycle, its guard rails, and a real gcloud run.
+
+The gcloud run goes to the in-process GCS emulator (API endpoint override, no
+credentials), and skips with a message where the Cloud SDK is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from aether_frame.adk.manifest_store import BLOB_APP, BLOB_REFRESH_SECONDS
+from tests.fixtures.gcs_emulator import gcs_emulator  # noqa: F401
+
+SCRIPT = Path(__file__).resolve().parents[1] / "infra" / "apply_bucket_policy.sh"
+
+
+def _run(*args, env=None, timeout=240):
+  return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_dry_run_renders_one_prefix_per_app_and_blob_ages_that_outlive_manifests():
+  p = _run("gs://b", "--app", "shop", "--app", "support", "--dry-run")
+  assert p.returncode == 0, p.stderr
+  rules = json.loads(p.stdout.split("--- lifecycle", 1)[1].split("\n", 1)[1])["rule"]
+  deletes = {tuple(r["condition"]["matchesPrefix"]): r["condition"]["age"] for r in rules if r["action"]["type"] == "Delete"}
+  assert deletes[("shop/", "support/")] == 90
+  assert deletes[(f"{BLOB_APP}/",)] >= 90 + BLOB_REFRESH_SECONDS / 86400  # the writer's refresh keeps referenced blobs alive
+  for bad in (["--blob-days", "100"], ["--retention-days", "120"], ["--manifest-days", "x"]):
+    p = _run("gs://b", "--app", "shop", "--dry-run", *bad)
+    assert p.returncode == 2 and p.stderr.strip()
+  assert _run("gs://b", "--dry-run").returncode == 2  # no --app
+
+
+@pytest.mark.skipif(shutil.which("gcloud") is None, reason="Google Cloud SDK (gcloud) not installed: the apply script is only dry-run tested")
+def test_gcloud_applies_the_policy(gcs_emulator, tmp_path):  # noqa: F811
+  gcs_emulator.create_bucket("manifests")
+  env = dict(
+      os.environ,
+      CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE=gcs_emulator.url + "/",
+      CLOUDSDK_AUTH_DISABLE_CREDENTIALS="True",
+      CLOUDSDK_CORE_PROJECT="test-project",
+      CLOUDSDK_CONFIG=str(tmp_path / "gcloud-config"),
+      CLOUDSDK_CORE_DISABLE_PROMPTS="1",
+  )
+  p = _run("gs://manifests", "--app", "audit_app", "--retention-days", "30", env=env)
+  assert p.returncode == 0, p.stdout + p.stderr
+  from google.cloud import storage
+  props = storage.Client().get_bucket("manifests")._properties
+  rules = props["lifecycle"]["rule"]
+  assert {"type": "Delete"} in [r["action"] for r in rules]
+  assert any(r["condition"].get("matchesPrefix") == ["audit_app/"] and r["condition"]["age"] == 90 for r in rules)
+  assert int(props["retentionPolicy"]["retentionPeriod"]) == 30 * 86400
+  assert props["iamConfiguration"]["publicAccessPrevention"] == "enforced"
+  assert props["versioning"] == {"enabled": False}
+  assert re.search(r"Updating gs://manifests", p.stderr + p.stdout)

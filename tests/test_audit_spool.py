@@ -1,0 +1,134 @@
+"""Spool on failure: refused and hanging stores, flushed in order by the next call."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Optional
+
+from google.adk.artifacts import FileArtifactService, InMemoryArtifactService
+from pydantic import PrivateAttr
+
+from aether_frame.adk.manifest_store import MANIFEST_FILENAME
+from aether_frame.audit.spool import Spool
+from aether_frame.cli import main
+from tests.fixtures.audit_session import APP, USER, make_run, recording_writer, say, start_session, turns
+
+
+class FlakyStore(InMemoryArtifactService):
+  """An in-memory store that refuses every call while ``down`` (a permission error, say), or hangs saves."""
+
+  down: bool = False
+  _hang: Optional[asyncio.Event] = PrivateAttr(default=None)
+
+  async def save_artifact(self, **kw):
+    if self.down:
+      raise PermissionError("403 caller does not have storage.objects.create access")
+    if self._hang is not None:
+      await self._hang.wait()
+    return await super().save_artifact(**kw)
+
+  async def list_versions(self, **kw):
+    if self.down:
+      raise PermissionError("403 caller does not have storage.objects.list access")
+    return await super().list_versions(**kw)
+
+
+async def _versions(svc, sid: str) -> list[dict]:
+  kw = dict(app_name=APP, user_id=USER, session_id=sid, filename=MANIFEST_FILENAME)
+  out = []
+  for v in sorted(await svc.list_versions(**kw)):
+    out.append(json.loads((await svc.load_artifact(**kw, version=v)).inline_data.data))
+  return out
+
+
+async def test_refused_writes_are_spooled_and_the_next_call_flushes_them_first(tmp_path):
+  svc = FlakyStore()
+  writer = recording_writer(spool_dir=tmp_path / "spool", timeout=2.0)
+  runner, plugin, model = make_run(svc, writer=writer, include_artifacts=False, tools=False)
+  sid = await start_session(runner)
+  texts = turns(6, tools=False)
+  await say(runner, sid, texts[0])
+  svc.down = True
+  for t in texts[1:4]:
+    await say(runner, sid, t)
+  assert len(writer.spool.pending()) == 3 and writer.stats["spooled"] == 3 and plugin.faults == 0
+  entry = Spool.read(writer.spool.pending()[0])
+  assert entry["blobs"] and "403" in entry["reason"]  # inputs travel with the manifest
+  svc.down = False
+  for t in texts[4:]:
+    await say(runner, sid, t)
+  assert writer.spool.pending() == []
+  stored = await _versions(svc, sid)
+  assert [d["pack_id"] for d in stored] == [d["pack_id"] for d in writer.documents]
+  assert len(stored) == 6
+
+
+async def test_a_hanging_store_times_out_and_its_late_write_is_not_duplicated(tmp_path):
+  svc = FlakyStore()
+  svc._hang = asyncio.Event()
+  writer = recording_writer(spool_dir=tmp_path / "spool", timeout=0.2)
+  runner, plugin, model = make_run(svc, writer=writer, include_artifacts=False, tools=False)
+  sid = await start_session(runner)
+  await say(runner, sid, "first question about pricing")
+  await say(runner, sid, "second question about latency")
+  assert len(writer.spool.pending()) == 2 and len(model.received) == 2
+  rep = await writer.flush(svc)
+  assert rep.busy and rep.flushed == 0  # the first upload may still land: do not send it again
+  svc._hang.set()  # the store comes back; the hung upload completes on its own
+  rep = await writer.flush(svc, wait=5)
+  assert (rep.already_stored, rep.flushed, rep.pending) == (1, 1, 0)
+  stored = await _versions(svc, sid)
+  assert [d["pack_id"] for d in stored] == [d["pack_id"] for d in writer.documents]
+
+
+def test_flush_command_sends_entries_to_another_store(tmp_path, capsys):
+  svc = FlakyStore()
+  svc.down = True
+  spool = tmp_path / "spool"
+
+  async def scenario():
+    runner, _, _ = make_run(svc, writer=recording_writer(spool_dir=spool), include_artifacts=False, tools=False)
+    sid = await start_session(runner)
+    for t in turns(2, tools=False):
+      await say(runner, sid, t)
+    return sid
+
+  sid = asyncio.run(scenario())
+  assert main(["flush", "--spool", str(spool)]) == 2  # an in-memory store cannot be reached from outside
+  assert "--to" in capsys.readouterr().err
+  dest = tmp_path / "artifacts"
+  assert main(["flush", "--spool", str(spool), "--to", str(dest)]) == 0
+  assert Spool(spool).pending() == []
+  stored = asyncio.run(_versions(FileArtifactService(str(dest)), sid))
+  assert len(stored) == 2
+  assert main(["replay", str(dest)]) == 0  # blobs went along
+
+
+async def test_blobs_are_written_once_per_user_and_refreshed_before_they_age_out():
+  from aether_frame.adk.manifest_store import BLOB_APP, ManifestWriter, blob_filename
+  svc = InMemoryArtifactService()
+  writer = ManifestWriter(spool_dir=False)
+  blobs = {"a" * 64: b'{"x":1}', "b" * 64: b'{"x":2}'}
+  scope = {"app_name": BLOB_APP, "user_id": USER, "session_id": APP}
+  assert (await writer._put_blobs(svc, scope, blobs, "mem"))["blobs_written"] == 2
+  assert (await writer._put_blobs(svc, scope, blobs, "mem"))["blobs_written"] == 0  # known in this process
+  fresh = ManifestWriter(spool_dir=False)  # another process: checks the store, finds them
+  assert (await fresh._put_blobs(svc, scope, blobs, "mem"))["blobs_written"] == 0
+  aging = ManifestWriter(spool_dir=False, refresh_after=0.0)  # newest copy "too old": written again
+  assert (await aging._put_blobs(svc, scope, blobs, "mem"))["blobs_written"] == 2
+  assert await svc.list_versions(**scope, filename=blob_filename("a" * 64)) == [0, 1]
+  # Blobs never show up among the session's artifacts, which the plugin lists every call.
+  assert await svc.list_artifact_keys(app_name=APP, user_id=USER, session_id="s1") == []
+
+
+async def test_a_dedicated_manifest_store_keeps_manifests_out_of_the_apps_artifacts(tmp_path):
+  app_store, own = InMemoryArtifactService(), FileArtifactService(str(tmp_path / "manifests"))
+  writer = recording_writer(service=own, spool_dir=False)
+  runner, plugin, _ = make_run(app_store, writer=writer, tools=False)
+  sid = await start_session(runner)
+  for t in turns(2, tools=False):
+    await say(runner, sid, t)
+  assert plugin.faults == 0
+  assert await app_store.list_artifact_keys(app_name=APP, user_id=USER, session_id=sid) == []
+  assert len(await _versions(own, sid)) == 2

@@ -329,7 +329,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print()
   if note:
     print(note)
-  print(f"total {time.perf_counter() - t0:.1f}s")
+  ranked = {}
+  for rows in results.values():
+    for r in rows:
+      ranked[r.method] = ranked.get(r.method, 0.0) + r.seconds
+  default_s = sum(v for k, v in ranked.items() if "MiniLM" not in k)
+  vector_s = sum(v for k, v in ranked.items() if "MiniLM" in k)
+  print(
+      f"ranking+selection time: default-install methods {default_s:.1f}s"
+      + (f", embedder column {vector_s:.1f}s (incl. embedding every turn once)" if vector_s else "")
+      + f"; wall total {time.perf_counter() - t0:.1f}s"
+  )
   if args.json:
     args.json.write_text(
         json.dumps(

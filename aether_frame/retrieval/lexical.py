@@ -4,8 +4,10 @@ Why not ``bm25s`` here: it precomputes a sparse score matrix whose IDF and
 length norms depend on the whole corpus, so every new turn means a full
 re-index (measured on 1,000 LoCoMo turns in ``docs/retrieval.md``). This index
 keeps postings and document frequencies and scores only the query's terms at
-query time, with the same Lucene BM25 formula (checked against ``bm25s`` to
-1e-5 in ``tests/test_retrieval_lexical.py``).
+query time, with the same Lucene BM25 formula as ``bm25s`` (``method="lucene"``:
+``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, term weight
+``tf / (tf + k1 * (1 - b + b * dl / avgdl))``, no ``k1 + 1`` factor), checked
+to 1e-5 in ``tests/test_retrieval_lexical.py``.
 
 Documents are keyed by ``(item id, content hash)``; ``sync()`` makes the active
 set equal to the items of the current call (adds new ones, retires the ones
@@ -129,7 +131,7 @@ class IncrementalBM25:
       idf = self.idf(term) * (weights[qi] if weights is not None else 1.0)
       for key, tf in posting.items():
         dl = self._active[key][1]
-        part = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl))
+        part = idf * tf / (tf + k1 * (1.0 - b + b * dl / avgdl))
         out[key] = out.get(key, 0.0) + part
     return out
 

@@ -1,9 +1,9 @@
 """Maximal marginal relevance: near-duplicates must not crowd out other evidence.
 
 ``value(i) = lam * rel(i) - (1 - lam) * redundancy(i)``, where redundancy is
-the item's highest similarity to anything already picked, rescaled so that
-similarities below ``threshold`` count as zero (only near-duplicates are
-penalised; merely related turns are not). Greedy, lazily re-evaluated with a
+the item's highest similarity to anything already picked, counted only above
+``threshold`` (the seed-002 "diversity filter": near-duplicates pay the full
+MMR penalty, merely related turns pay nothing). Greedy, lazily re-evaluated with a
 heap: penalties only grow, so a popped entry whose value is still current is
 the true maximum. Values picked are non-increasing, so sorting by them later
 reproduces the pick order; ties go to the lower index, as in ``rank_layer``.
@@ -29,9 +29,10 @@ class Pick:
 
 
 def redundancy(similarity: float, threshold: float) -> float:
+  """Classic MMR's similarity term, gated: below ``threshold`` an item is not redundant."""
   if similarity <= threshold:
     return 0.0
-  return min(1.0, (similarity - threshold) / (1.0 - threshold))
+  return min(1.0, similarity)
 
 
 def mmr(

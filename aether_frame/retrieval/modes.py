@@ -40,7 +40,8 @@ _CUES: dict[str, tuple[str, ...]] = {
     "conversation": (
         r"you (?:just )?(?:said|mentioned|told me)", r"as i (?:just )?said", r"earlier",
         r"above", r"just now", r"previous (?:message|answer|reply)", r"that last",
-        r"go on", r"continue", r"what about", r"and then", r"you were saying",
+        r"go on(?=\s*[.!?]*\s*$)", r"continue(?=\s*[.!?]*\s*$)", r"what about", r"and then",
+        r"you were saying",
         r"back to", r"like i said", r"same as before",
     ),
 }

@@ -24,6 +24,7 @@ from aether_frame.core.items import Item, Layer
 from .dedup import NearDuplicateIndex
 from .decay import freshness as decay_freshness
 from .embed import Embedder, VectorCache
+from .history import RecallIndex
 from .fusion import max_normalise, min_max_normalise, ranks, rrf
 from .lexical import DocKey, IncrementalBM25
 from .mmr import mmr
@@ -37,7 +38,7 @@ logger = logging.getLogger(__name__)
 ND = 6
 """Digits every score component is rounded to (determinism across platforms)."""
 
-CONVERSATIONAL_KINDS = frozenset({"recall", "turn", "conversation"})
+CONVERSATIONAL_KINDS = frozenset({"recall", "turn", "pending", "conversation"})
 """Kinds whose items form a timeline (adjacency and continuity apply)."""
 
 _RENDER_PREFIX = re.compile(r"^\s*\[[^\]\n]{1,64}\]\s*")
@@ -64,6 +65,14 @@ class _Static:
   terms: frozenset
 
 
+def _num(value: Any) -> Optional[float]:
+  """A finite number from item meta, or None (meta is free-form JSON)."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    return None
+  value = float(value)
+  return value if math.isfinite(value) else None
+
+
 def _r(x: float) -> float:
   return round(x, ND) + 0.0  # + 0.0 turns -0.0 into 0.0
 
@@ -85,11 +94,24 @@ class HybridRanker:
     self._index_text = index_text
     self._static: dict[DocKey, _Static] = {}
     self._dups = NearDuplicateIndex(self.weights.mmr_threshold)
-    self._np_cache: dict[DocKey, Any] = {}
+    self._key_memo: dict[str, tuple[str, str, DocKey, Any]] = {}
+    self._rows: dict[DocKey, Any] = {}
+    """Document vectors by key (numpy rows once numpy is seen), so a call only embeds new items."""
+    self._last_matrix: Any = None
     self.last_mode: Optional[str] = None
     self.embedder_error: Optional[str] = None
 
   # -- public ---------------------------------------------------------------
+
+  def child(self) -> "HybridRanker":
+    """A ranker with the same weights, embedder and vector cache, but its own indexes."""
+    twin = HybridRanker(self.weights, embedder=self.embedder, index_text=self._index_text)
+    twin._vectors = self._vectors
+    return twin
+
+  def new_history_index(self) -> RecallIndex:
+    """The compiler's per-session recall index (see ``aether_frame.core.rank.HistoryIndex``)."""
+    return RecallIndex(self.child())
 
   def rank(self, query: str, items: Sequence[Item], *, layer: Layer, now: Optional[float]) -> list[Item]:
     explains = self.explain(query, items, now=now)
@@ -111,8 +133,7 @@ class HybridRanker:
     ew = w.for_mode(mode)
     profile = w.modes.get(mode)
 
-    texts = [self._index_text(it) for it in items]
-    keys: list[DocKey] = [(it.id, content_hash(t)) for it, t in zip(items, texts)]
+    texts, keys = self._keys(items)
     self._lex.sync(zip(keys, texts))
     statics = [self._static_for(k, t) for k, t in zip(keys, texts)]
     self._dups.sync((k, st.terms) for k, st in zip(keys, statics))
@@ -138,13 +159,17 @@ class HybridRanker:
       relevance = rrf(rankings, rel_w, w.rrf_k)
     else:
       total = rel_w["text"] + rel_w["similarity"]
-      relevance = [(rel_w["text"] * a + rel_w["similarity"] * b) / total for a, b in zip(text_n, sim_n)]
-    relevance = [_r(x) for x in relevance]
+      if total <= 0.0:  # text weighted 0 and no vectors this call: no relevance signal
+        relevance = [0.0] * n
+      else:
+        relevance = [(rel_w["text"] * a + rel_w["similarity"] * b) / total for a, b in zip(text_n, sim_n)]
+    relevance = [round(x, ND) if x else 0.0 for x in relevance]
 
     # Timeline signals for conversation turns: adjacency and continuity.
     timeline = self._timeline(items)
-    adjacency = self._adjacency(items, relevance, timeline)
-    continuity = self._continuity(items, timeline)
+    links = self._links(items, timeline)
+    adjacency = self._adjacency(relevance, timeline, links)
+    continuity = self._continuity(items, timeline, links)
 
     # Time: explicit ranges in the query, else a cue for "when ..." questions.
     ref_now = now
@@ -154,65 +179,90 @@ class HybridRanker:
     span = parse_time_range(query, ref_now)
     when = span is None and is_when_question(query)
 
-    access_raw = [float(it.meta.get("access_count") or 0) for it in items]
-    access_n = [math.log1p(a) for a in access_raw]
-    access_n = max_normalise(access_n)
+    access_n = max_normalise([math.log1p(max(0.0, _num(it.meta.get("access_count")) or 0.0)) for it in items])
 
     cue_w = w.time_cue * profile.temporal
     authors = self._authors_named(query, items)
+    w_adj, w_tmp, w_fr, w_acc, w_sal, w_con, w_au = (
+        ew["adjacency"], ew["temporal"], ew["freshness"], ew["access"], ew["salience"], ew["continuity"], ew["author"]
+    )
+    boost, boost_kinds = profile.boost, profile.boost_kinds
+    has_sims = sims is not None
+    fresh_memo: dict[tuple, float] = {}
     base: list[float] = []
     comps: list[dict[str, Any]] = []
     for i, it in enumerate(items):
+      meta = it.meta
       ts = it.provenance.timestamp
-      la = it.meta.get("last_access")
-      fresh = decay_freshness(w.decay, timestamp=ts, now=ref_now, last_access=la if isinstance(la, (int, float)) else None)
+      la = _num(meta.get("last_access")) if meta else None
+      fk = (ts, la)
+      fresh = fresh_memo.get(fk)
+      if fresh is None:
+        fresh = fresh_memo[fk] = round(decay_freshness(w.decay, timestamp=ts, now=ref_now, last_access=la), ND)
       sal = statics[i].salience
-      given = it.meta.get("salience")
-      if isinstance(given, (int, float)):
-        sal = min(1.0, max(0.0, float(given)))
-      tag = it.meta.get("type") if isinstance(it.meta.get("type"), str) else it.kind
-      if profile.boost and (tag in profile.boost_kinds or it.kind in profile.boost_kinds):
-        sal = min(1.0, sal + profile.boost)
-      temporal = temporal_score(ts, span, w.temporal_margin_days) if span is not None else 0.0
+      if meta or boost:
+        given = _num(meta.get("salience")) if meta else None
+        if given is not None:
+          sal = min(1.0, max(0.0, given))
+        if boost and (it.kind in boost_kinds or (meta and meta.get("type") in boost_kinds)):
+          sal = min(1.0, sal + boost)
+        sal = round(sal, ND)
+      temporal = round(temporal_score(ts, span, w.temporal_margin_days), ND) if span is not None else 0.0
       cue = 1.0 if (when and statics[i].time_expr) else 0.0
-      c = {
-          "bm25": _r(bm25[i]),
-          "text": _r(text_n[i]),
-          "similarity": _r(sim_n[i]) if sims is not None else 0.0,
-          "relevance": relevance[i],
-          "adjacency": _r(adjacency[i]),
-          "continuity": _r(continuity[i]),
-          "freshness": _r(fresh),
-          "access": _r(access_n[i]),
-          "salience": _r(sal),
-          "temporal": _r(temporal),
-          "time_cue": cue,
-          "author": 1.0 if (authors and it.provenance.author in authors) else 0.0,
-      }
-      b = (
-          c["relevance"]
-          + ew["adjacency"] * c["adjacency"]
-          + ew["temporal"] * c["temporal"]
-          + cue_w * cue
-          + ew["freshness"] * c["freshness"]
-          + ew["access"] * c["access"]
-          + ew["salience"] * c["salience"]
-          + ew["continuity"] * c["continuity"]
-          + ew["author"] * c["author"]
+      author = 1.0 if (authors and it.provenance.author in authors) else 0.0
+      adj = round(adjacency[i], ND) if adjacency[i] else 0.0
+      con = round(continuity[i], ND) if continuity[i] else 0.0
+      b = round(
+          relevance[i] + w_adj * adj + w_tmp * temporal + cue_w * cue + w_fr * fresh
+          + w_acc * access_n[i] + w_sal * sal + w_con * con + w_au * author,
+          ND,
       )
-      base.append(_r(b))
-      comps.append(c)
+      base.append(b)
+      comps.append({
+          "mode": mode,
+          "bm25": round(bm25[i], ND) if bm25[i] else 0.0,
+          "text": round(text_n[i], ND) if text_n[i] else 0.0,
+          "similarity": round(sim_n[i], ND) if has_sims else 0.0,
+          "relevance": relevance[i],
+          "adjacency": adj,
+          "continuity": con,
+          "freshness": fresh,
+          "access": round(access_n[i], ND) if access_n[i] else 0.0,
+          "salience": sal,
+          "temporal": temporal,
+          "time_cue": cue,
+          "author": author,
+          "base": b,
+      })
 
     picks = self._diversify(base, keys, statics, sims)
-    out: list[dict[str, Any]] = [{} for _ in range(n)]
     for rank, (i, value, red, similar_to) in enumerate(picks, start=1):
-      ex: dict[str, Any] = {"mode": mode, **comps[i], "base": base[i], "redundancy": red, "score": value, "rank": rank}
+      ex = comps[i]
+      ex["redundancy"] = red
+      ex["score"] = value
+      ex["rank"] = rank
       if similar_to is not None and red > 0.0:
         ex["similar_to"] = items[similar_to].id
-      out[i] = ex
-    return out
+    return comps
 
   # -- pieces ---------------------------------------------------------------
+
+  def _keys(self, items: Sequence[Item]) -> tuple[list[str], list[DocKey]]:
+    """Index text and (id, content hash) per item; memoised on (id, raw text)."""
+    memo = self._key_memo
+    texts: list[str] = []
+    keys: list[DocKey] = []
+    for it in items:
+      hit = memo.get(it.id)
+      if hit is None or hit[0] != it.text or hit[3] != it.meta.get("index_text"):
+        t = self._index_text(it)
+        hit = (it.text, t, (it.id, content_hash(t)), it.meta.get("index_text"))
+        if len(memo) > 200_000:
+          memo.clear()
+        memo[it.id] = hit
+      texts.append(hit[1])
+      keys.append(hit[2])
+    return texts, keys
 
   @staticmethod
   def _authors_named(query: str, items: Sequence[Item]) -> frozenset:
@@ -237,25 +287,40 @@ class HybridRanker:
     return st
 
   def _similarities(self, query: str, texts: list[str], keys: list[DocKey]) -> Optional[list[float]]:
+    """Cosine of each item to the query; None (lexical only) if the embedder fails."""
+    self._last_matrix = None
     if self._vectors is None:
       return None
     try:
       qv = self._vectors.get_many([query], purpose="query")[0]
-      vecs = self._vectors.get_many(texts, purpose="document")
+      missing = [i for i, k in enumerate(keys) if k not in self._rows]
+      if missing:
+        vecs = self._vectors.get_many([texts[i] for i in missing], purpose="document")
+        for i, v in zip(missing, vecs):
+          self._rows[keys[i]] = v
     except Exception as e:  # an offline Gemini must not take the pack down
       if self.embedder_error is None:
         logger.warning("aether-frame: embedder %s failed (%s); ranking lexically", self.embedder.name, e)
       self.embedder_error = f"{type(e).__name__}: {e}"
       return None
+    if len(self._rows) > 4 * len(keys) + 10_000:  # forget rows of items long gone
+      live = set(keys)
+      self._rows = {k: v for k, v in self._rows.items() if k in live}
     try:
       import numpy as np
     except ImportError:
       from .embed import dot
 
-      return [_r(dot(qv, v)) for v in vecs]
-    mat = np.asarray(vecs, dtype=np.float64)
+      return [_r(dot(qv, self._rows[k])) for k in keys]
+    rows = []
+    for k in keys:
+      r = self._rows[k]
+      if not isinstance(r, np.ndarray):
+        r = self._rows[k] = np.asarray(r, dtype=np.float64)
+      rows.append(r)
+    mat = np.stack(rows) if rows else np.zeros((0, 0))
     self._last_matrix = mat
-    return [_r(float(x)) for x in mat @ np.asarray(qv, dtype=np.float64)]
+    return [_r(x) for x in (mat @ np.asarray(qv, dtype=np.float64)).tolist()]
 
   def _timeline(self, items: Sequence[Item]) -> list[int]:
     """Indices of conversational items in time order (ties: input order)."""
@@ -268,44 +333,51 @@ class HybridRanker:
       return ta is None and tb is None
     return abs(tb - ta) <= self.weights.adjacency_max_gap_s
 
-  def _adjacency(self, items: Sequence[Item], relevance: list[float], timeline: list[int]) -> list[float]:
+  def _links(self, items: Sequence[Item], timeline: list[int]) -> list[bool]:
+    """``links[p]``: timeline positions p and p+1 are in the same session (no long gap)."""
+    return [self._linked(items, timeline[p], timeline[p + 1]) for p in range(len(timeline) - 1)]
+
+  def _adjacency(self, relevance: list[float], timeline: list[int], links: list[bool]) -> list[float]:
     """For each turn: the best relevance among its neighbours, discounted by distance."""
-    n = len(relevance)
-    out = [0.0] * n
+    out = [0.0] * len(relevance)
     window, decay = self.weights.adjacency_window, self.weights.adjacency_decay
-    if window == 0 or not timeline:
+    top = max(relevance, default=0.0)
+    if window == 0 or not timeline or top <= 0.0:
       return out
-    pos = len(timeline)
-    for p in range(pos):
-      i = timeline[p]
-      if relevance[i] <= 0.0:
+    last = len(timeline) - 1
+    for p, i in enumerate(timeline):
+      r = relevance[i]
+      if r <= 0.0:
         continue
       # Spread i's relevance to its neighbours within the window, stopping at session breaks.
-      for direction in (-1, 1):
-        prev = i
-        for d in range(1, window + 1):
-          q = p + direction * d
-          if q < 0 or q >= pos:
-            break
-          j = timeline[q]
-          if not self._linked(items, prev, j):
-            break
-          contrib = relevance[i] * decay ** (d - 1)
-          if contrib > out[j]:
-            out[j] = contrib
-          prev = j
-    top = max(relevance, default=0.0)
-    return [x / top for x in out] if top > 0.0 else out
+      q, factor = p, r
+      for _ in range(window):
+        if q == 0 or not links[q - 1]:
+          break
+        q -= 1
+        j = timeline[q]
+        if factor > out[j]:
+          out[j] = factor
+        factor *= decay
+      q, factor = p, r
+      for _ in range(window):
+        if q == last or not links[q]:
+          break
+        q += 1
+        j = timeline[q]
+        if factor > out[j]:
+          out[j] = factor
+        factor *= decay
+    return [x / top for x in out]
 
-  def _continuity(self, items: Sequence[Item], timeline: list[int]) -> list[float]:
+  def _continuity(self, items: Sequence[Item], timeline: list[int], links: list[bool]) -> list[float]:
     """Turns of the newest session, decaying with distance from its end; working notes 1."""
     out = [1.0 if it.kind == "working" else 0.0 for it in items]
     horizon = self.weights.continuity_turns
     for back, p in enumerate(range(len(timeline) - 1, -1, -1)):
-      i = timeline[p]
-      if back > 0 and not self._linked(items, i, timeline[p + 1]):
+      if back > 0 and not links[p]:
         break
-      out[i] = math.exp(-back / horizon)
+      out[timeline[p]] = math.exp(-back / horizon)
     return out
 
   def _diversify(
@@ -331,7 +403,7 @@ class HybridRanker:
     for p, i in enumerate(pool):
       where.setdefault(keys[i], []).append(p)
     dense: Optional[dict[int, dict[int, float]]] = None
-    if sims is not None and getattr(self, "_last_matrix", None) is not None:
+    if sims is not None and self._last_matrix is not None:
       import numpy as np
 
       sub = self._last_matrix[pool]
@@ -345,18 +417,18 @@ class HybridRanker:
           dense.setdefault(a, {})[b] = threshold + (float(gram[a, b]) - vt) / (1.0 - vt) * (1.0 - threshold)
 
     def neighbours(p: int) -> Iterable[tuple[int, float]]:
-      row: dict[int, float] = {}
-      for q in where[keys[pool[p]]]:  # the same text under the same id twice
-        if q != p:
-          row[q] = 1.0
-      for other, j in self._dups.pairs(keys[pool[p]]).items():
+      # Each neighbour appears once, so iteration order cannot change MMR's result.
+      me = keys[pool[p]]
+      row: dict[int, float] = {q: 1.0 for q in where[me] if q != p}  # same id and text twice
+      for other, j in self._dups.pairs(me).items():
         for q in where.get(other, ()):
-          row[q] = max(row.get(q, 0.0), j)
+          if j > row.get(q, 0.0):
+            row[q] = j
       if dense is not None:
         for q, s in dense.get(p, {}).items():
           if s > row.get(q, 0.0):
             row[q] = s
-      return sorted(row.items())
+      return row.items()
 
     return neighbours
 

@@ -195,18 +195,26 @@ def _resolve(kind: str, m: re.Match[str], now: datetime) -> Optional[tuple[datet
   return None
 
 
+def _position(m: re.Match[str]) -> int:
+  """Where the date itself starts: "in May 2023" and "May 2023" compete at "May"."""
+  starts = [m.start(g) for g, v in m.groupdict().items() if v is not None]
+  return min(starts) if starts else m.start()
+
+
 def parse_time_range(query: str, now: Optional[float]) -> Optional[TimeRange]:
   """The period the query refers to, or None.
 
-  The earliest expression in the query wins; at the same position, the most
-  specific pattern (the order of ``_PATTERNS``). Absolute dates parse without
+  The earliest expression in the query wins (by where its date words start,
+  ignoring a leading "in"/"on"); at the same position, the most specific
+  pattern (the order of ``_PATTERNS``). Absolute dates parse without
   ``now``; relative ones need it and are ignored when it is None.
   """
   ref = datetime.fromtimestamp(now, tz=timezone.utc).replace(tzinfo=None) if now is not None else None
   best: Optional[tuple[int, int, TimeRange]] = None
   for order, (kind, pattern) in enumerate(_PATTERNS):
     for m in pattern.finditer(query):
-      if best is not None and (m.start(), order) >= best[:2]:
+      pos = _position(m)
+      if best is not None and (pos, order) >= best[:2]:
         break
       needs_now = kind not in ("iso", "month_year", "year") and not (
           kind in ("day_month", "month_day") and m.groupdict().get("year")
@@ -218,7 +226,7 @@ def parse_time_range(query: str, now: Optional[float]) -> Optional[TimeRange]:
       except (ValueError, KeyError, OverflowError):
         continue
       if span is not None:
-        best = (m.start(), order, TimeRange(_ts(span[0]), _ts(span[1]), m.group(0)))
+        best = (pos, order, TimeRange(_ts(span[0]), _ts(span[1]), m.group(0)))
         break
   return best[2] if best else None
 

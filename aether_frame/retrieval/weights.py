@@ -101,7 +101,7 @@ class ModeProfiles(BaseModel):
       )
   )
   conversation: ModeProfile = Field(
-      default_factory=lambda: ModeProfile(continuity=6.0, freshness=3.0, adjacency=1.5)
+      default_factory=lambda: ModeProfile(continuity=20.0, freshness=10.0, adjacency=1.5)
   )
 
   def get(self, mode: str) -> ModeProfile:
@@ -111,8 +111,11 @@ class ModeProfiles(BaseModel):
 class RetrievalWeights(BaseModel):
   """Signal weights and ranking parameters of ``HybridRanker``.
 
-  The final score of an item is ``mmr_lambda * base - (1 - mmr_lambda) * redundancy``
-  where ``base`` is the weighted sum of the signals below (each in [0, 1]).
+  ``relevance`` is the mix of ``text`` (BM25) and ``similarity`` (vectors) in
+  the ratio of their weights, so it lies in [0, 1] and counts with weight 1;
+  ``base = relevance + sum(weight * signal)`` over the other signals (each in
+  [0, 1]), and the final score is
+  ``mmr_lambda * base - (1 - mmr_lambda) * redundancy``.
   """
 
   model_config = ConfigDict(extra="forbid", frozen=True)
@@ -122,19 +125,18 @@ class RetrievalWeights(BaseModel):
   """Vector cosine (needs an embedder; its weight is ignored without one)."""
   text: float = Field(default=1.0, ge=0.0)
   """BM25, normalised by the call's best match."""
-  freshness: float = Field(default=0.02, ge=0.0)
+  freshness: float = Field(default=0.01, ge=0.0)
   access: float = Field(default=0.05, ge=0.0)
   salience: float = Field(default=0.05, ge=0.0)
-  continuity: float = Field(default=0.05, ge=0.0)
-  adjacency: float = Field(default=0.3, ge=0.0)
+  continuity: float = Field(default=0.01, ge=0.0)
+  adjacency: float = Field(default=0.7, ge=0.0)
   """Neighbours of a strong hit often hold the rest of the answer."""
   temporal: float = Field(default=0.2, ge=0.0)
   """Items inside a date range named by the query."""
   time_cue: float = Field(default=0.1, ge=0.0)
   """For "when ..." questions without a range: items that state a time."""
-  author: float = Field(default=0.0, ge=0.0)
+  author: float = Field(default=0.3, ge=0.0)
   """Items written by a person the query names (people questions are mostly about what they said)."""
-  """For "when ..." questions without a range: items that state a time."""
 
   fusion: Literal["weighted", "rrf"] = "weighted"
   rrf_k: int = Field(default=60, ge=1)
@@ -142,25 +144,27 @@ class RetrievalWeights(BaseModel):
   bm25_k1: float = Field(default=1.2, ge=0.0)
   bm25_b: float = Field(default=0.75, ge=0.0, le=1.0)
 
-  prf_weight: float = Field(default=0.0, ge=0.0)
+  prf_weight: float = Field(default=0.3, ge=0.0)
   """Pseudo-relevance feedback: weight of expansion terms from the best lexical hits (0 = off)."""
-  prf_docs: int = Field(default=5, ge=1)
-  prf_terms: int = Field(default=10, ge=1)
+  prf_docs: int = Field(default=3, ge=1)
+  prf_terms: int = Field(default=5, ge=1)
 
   adjacency_window: int = Field(default=2, ge=0)
-  adjacency_decay: float = Field(default=0.5, ge=0.0, le=1.0)
+  adjacency_decay: float = Field(default=0.7, ge=0.0, le=1.0)
   """A neighbour ``d`` turns away passes on ``decay ** (d - 1)`` of its relevance."""
   adjacency_max_gap_s: float = Field(default=6 * 3600.0, ge=0.0)
   """Turns further apart in time than this are not neighbours (a session break)."""
   continuity_turns: float = Field(default=20.0, gt=0.0)
   """Continuity decays by e per this many turns back from the newest."""
 
-  mmr_lambda: float = Field(default=0.8, ge=0.0, le=1.0)
+  mmr_lambda: float = Field(default=0.5, ge=0.0, le=1.0)
+  """Relevance vs. novelty; with the threshold below, only near-duplicates pay (an exact
+  duplicate scores <= 0), so a low lambda costs related-but-distinct items nothing."""
   mmr_threshold: float = Field(default=0.6, ge=0.0, lt=1.0)
   """Term-set Jaccard below which two items are not redundant at all."""
   mmr_vector_threshold: float = Field(default=0.92, ge=0.0, lt=1.0)
   """Embedding cosine below which two items are not redundant (with an embedder)."""
-  mmr_pool: int = Field(default=300, ge=1)
+  mmr_pool: int = Field(default=150, ge=1)
   """Only the best ``mmr_pool`` items are diversified (MMR is quadratic)."""
 
   temporal_margin_days: float = Field(default=3.0, ge=0.0)

@@ -53,6 +53,11 @@ def _stripped(inp: CompileInput) -> CompileInput:
   return inp.model_copy(update={"history": [h for h in inp.history if h.pinned], "call": call})
 
 
+# The fence marker is a hash of the input, so two packs of the same shape can
+# differ by a few tokens; a minimal pack this far under the limit must fit.
+FENCE_JITTER = 40
+
+
 @given(inp=compile_inputs(), use_ranker=st.booleans())
 def test_pack_fits_window_and_accounts_for_every_item(inp, use_ranker):
   """(a) + (c): real tokens + reserve <= window; nothing vanishes unrecorded."""
@@ -61,18 +66,36 @@ def test_pack_fits_window_and_accounts_for_every_item(inp, use_ranker):
   except ContextBudgetExhausted as e:
     note(str(e))
     assert e.window == inp.call.window
-    # Only the fixed tiers (plus what is pinned) may make a pack impossible.
-    with pytest.raises(ContextBudgetExhausted):
-      compile_pack(_stripped(inp), COUNTER)
-    return
+    return  # whether that was justified is the next property
   call = inp.call
   reserve = reserve_of(inp.policy, call.window, call.max_output_tokens)
   real = recount(inp, pack, COUNTER)
   note(f"real={real} reserve={reserve} window={call.window} scale={call.token_scale}")
-  assert pack.tokens == real == pack.manifest["totals"]["tokens"]
+  # The compiled total is exact near the limit and an upper bound elsewhere;
+  # either way it never understates the request.
+  assert real <= pack.tokens == pack.manifest["totals"]["tokens"] <= pack.manifest["usable"]
   assert real <= math.floor((call.window - reserve) / call.token_scale)
   assert real * call.token_scale + reserve <= call.window
   check_accounting(inp, pack)
+
+
+@given(inp=compile_inputs(windows=st.integers(250, 1000)), use_ranker=st.booleans())
+def test_budget_exhausted_only_when_fixed_tiers_cannot_fit(inp, use_ranker):
+  """(a'): if the pack of only fixed tiers + pinned content fits, the full compile must not raise."""
+  try:
+    _compile(inp, use_ranker)
+    return
+  except ContextBudgetExhausted as e:
+    raised = e
+  assert set(raised.needs) >= ({"reserve"} if "total" not in raised.needs else {"total"})
+  try:
+    minimal = compile_pack(_stripped(inp), COUNTER)
+  except ContextBudgetExhausted:
+    return  # the fixed tiers really do not fit
+  note(f"minimal pack: {minimal.tokens} tokens of usable {minimal.manifest['usable']}; full compile raised: {raised}")
+  assert minimal.tokens + FENCE_JITTER > minimal.manifest["usable"], (
+      "ContextBudgetExhausted although a pack with every fixed tier and pinned item fits"
+  )
 
 
 @given(inp=compile_inputs(), use_ranker=st.booleans())

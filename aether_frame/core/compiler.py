@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import render
 from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
-from .canonical import digest, sha256_hex
+from .canonical import canonical_json, digest, sha256_hex
 from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts
 from .items import Item, Layer
@@ -27,6 +27,8 @@ from .select import select_within_budget
 
 MANIFEST_SCHEMA = "aether-frame/manifest@1"
 _MAX_VALIDATE_ROUNDS = 64
+_EXACT_COUNT_MARGIN = 0.97
+"""Above this share of the usable window the payload is counted exactly."""
 
 
 class CallInputs(BaseModel):
@@ -82,8 +84,41 @@ class CompiledPack:
   problems: list[str] = field(default_factory=list)
 
 
+_DIGEST_MEMO: dict[tuple, str] = {}
+_DIGEST_MEMO_MAX = 16384
+
+
 def _item_digest(item: Item) -> str:
-  return digest(item.model_dump(mode="json", exclude={"tokens"}))
+  """Memoised ``_digest``: call items repeat from call to call within a session."""
+  if item.parts is not None or item.meta:
+    return _digest(item)  # free-form fields: no cheap key
+  p = item.provenance
+  key = (item.id, item.layer, item.kind, item.role, item.trust, item.priority, item.score, item.pinned,
+         p.source, p.timestamp, p.author, item.text)
+  d = _DIGEST_MEMO.get(key)
+  if d is None:
+    if len(_DIGEST_MEMO) >= _DIGEST_MEMO_MAX:
+      _DIGEST_MEMO.clear()
+    d = _DIGEST_MEMO[key] = _digest(item)
+  return d
+
+
+def _digest(item: Item) -> str:
+  """A canonical digest of everything in an item but its token count.
+
+  Hand-serialised (fixed field order, canonical JSON only for the free-form
+  parts and meta) because it runs for every item on every call; equal items
+  give equal digests in any process, including items reloaded from JSON.
+  """
+  p = item.provenance
+  head = "\x1f".join((
+      item.id, item.layer.value, item.kind, item.role or "", item.trust.value, repr(item.priority),
+      repr(float(item.score)), "1" if item.pinned else "0", p.source or "",
+      "" if p.timestamp is None else repr(float(p.timestamp)), p.author or "",
+  ))
+  tail = canonical_json(item.parts) if item.parts is not None else "-"
+  meta = canonical_json(item.meta) if item.meta else "{}"
+  return sha256_hex(head + "\x1e" + item.text + "\x1e" + tail + "\x1e" + meta)
 
 
 class CompilerSession:
@@ -101,6 +136,8 @@ class CompilerSession:
     self.counter = counter
     self.ranker = ranker
     self.history_index = history_index
+    self._policy_hash = policy.policy_hash()
+    self._skeleton = 0
     self.history: list[Item] = []
     self._cum: list[int] = [0]
     self._chain: list[str] = [""]
@@ -180,11 +217,13 @@ class CompilerSession:
         i if i.tokens is not None else i.model_copy(update={"tokens": self._group_tokens(i), "pinned": True})
         for i in call.inflight
     ]
-    input_sha = self._input_hash(call, items, inflight)
+
     # The fence depends on the payload's own inputs only, so the payload stays
     # byte-identical across the tool steps of one invocation; content cannot
     # predict it because the content is part of what is hashed.
-    fence = render.fence_token(digest([self.policy.policy_hash(), [_item_digest(i) for i in items]]))
+    item_digests = [_item_digest(i) for i in items]
+    fence = render.fence_token(digest([self._policy_hash, item_digests]))
+    input_sha = self._input_hash(call, item_digests, inflight)
 
     # FILTER: empty and duplicate evidence/memory.
     kept_items: list[Item] = []
@@ -275,8 +314,7 @@ class CompilerSession:
     # SELECT + COMPRESS + DROP, conversation first (its tail decides which
     # recall hits are already visible), then the ladder's order.
     tail_start, tail_events = self._tail(call.tail_hint, eff["conversation"] - sum(i.tokens for i in inflight))
-    in_tail = {self.history[p].id for p in range(tail_start, len(self.history))} | {self.history[p].id for p in self._pinned}
-    ranked_memory = [m for m in ranked_memory if m.meta.get("group_id") not in in_tail]
+    ranked_memory = [m for m in ranked_memory if not self._in_tail(m.meta.get("group_id"), tail_start)]
     memory_sel = self._ladder_layer(Layer.MEMORY, ranked_memory, eff["memory"], query, events, statuses)
     evidence_sel = self._ladder_layer(Layer.EVIDENCE, ranked_evidence, eff["evidence"], query, events, statuses)
     # Budget a layer left unused flows to the others (payload layers only:
@@ -308,19 +346,27 @@ class CompilerSession:
         if pointers:
           pointers = 0  # omitted items stay named in the manifest
           continue
-        if tail_start < len(self.history) and not self.history[tail_start].pinned:
-          events.append(self._range_event(tail_start, tail_start + 1, "validate: rendered pack over budget"))
-          tail_start += 1
+        nxt = tail_start
+        while nxt < len(self.history) and self.history[nxt].pinned:
+          nxt += 1  # pinned groups stay in the pack wherever the cut falls
+        if nxt < len(self.history):
+          events.append(self._range_event(nxt, nxt + 1, "validate: rendered pack over budget"))
+          tail_start = nxt + 1
           continue
         raise ContextBudgetExhausted(
             "nothing left to drop and the rendered pack is still over budget",
             needs={"total": totals["total"]}, usable=alloc.usable, window=call.window,
         )
+    else:
+      raise ContextBudgetExhausted(
+          f"the rendered pack did not fit after {_MAX_VALIDATE_ROUNDS} validate rounds",
+          needs={"total": totals["total"]}, usable=alloc.usable, window=call.window,
+      )
 
     problems = self._required(by_layer, call.has_plan)
     kept_ids = [g.id for g in self.history[tail_start:]]
     pinned_ids = [self.history[p].id for p in self._pinned if p < tail_start]
-    conversation_ids = sorted(pinned_ids + kept_ids, key=self._pos.__getitem__)
+    conversation_ids = pinned_ids + kept_ids  # pinned before the cut precede it; both ascending
     manifest = self._manifest(
         call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
         input_sha, payload, conversation_ids, tail_start, totals, problems,
@@ -361,13 +407,13 @@ class CompilerSession:
       out[i] = it.model_copy(update={"tokens": n})
     return out
 
-  def _input_hash(self, call: CallInputs, items: list[Item], inflight: list[Item]) -> str:
+  def _input_hash(self, call: CallInputs, item_digests: list[str], inflight: list[Item]) -> str:
     body = {
-        "policy": self.policy.policy_hash(),
+        "policy": self._policy_hash,
         "tokenizer": self.counter.name,
         "history": self._chain[-1],
         "history_len": len(self.history),
-        "items": [_item_digest(i) for i in items],
+        "items": item_digests,
         "inflight": [_item_digest(i) for i in inflight],
         "call": call.model_dump(mode="json", exclude={"items", "inflight", "meta"}),
     }
@@ -394,20 +440,29 @@ class CompilerSession:
     return self._costed(out)
 
   def _skeleton_tokens(self, by_layer: dict[Layer, list[Item]], user_request: Item, fence: str) -> int:
-    """The payload with every data section empty: headers, TOOLS, BUDGET, request."""
-    empty = render.render_payload(
-        task=[], tools=by_layer[Layer.TOOLS], evidence=[], memory=[],
-        budget=render.budget_line(100, {}, {}), user_request=user_request.text, fence=fence,
+    """The payload with every data section empty: headers, TOOLS and the request.
+
+    Counted as the fixed frame (stable across calls, so a cache hit) plus the
+    request text, which keeps the bound an upper bound. The BUDGET line is
+    counted separately once it is known.
+    """
+    frame = render.render_payload(
+        task=[], tools=by_layer[Layer.TOOLS], evidence=[], memory=[], budget="", user_request="", fence=fence,
     )
     extra = count_parts(user_request.parts, self.counter) if user_request.parts else 0
-    return MESSAGE_OVERHEAD + self.counter.count(empty) + extra
+    # +8: the BUDGET line's fixed phrase ("- context NN% used"); omissions are charged to their layer.
+    self._skeleton = MESSAGE_OVERHEAD + sum(self.counter.count_many([frame, user_request.text])) + 1 + 8 + extra
+    return self._skeleton
+
+  def _fence_tokens(self, fence: str) -> int:
+    return self.counter.count(f"<<<DATA {fence}>>>\n<<<END DATA {fence}>>>\n")
 
   def _overheads(self, ranked: list[Item], over_budget: bool, fence: str) -> int:
     """What a non-empty data section costs beyond its items: the fence lines,
     and its phrase in the BUDGET line when items will be omitted."""
     if not ranked:
       return 0
-    cost = self.counter.count(f"<<<DATA {fence}>>>\n<<<END DATA {fence}>>>\n")
+    cost = self._fence_tokens(fence)
     if over_budget:
       longest = sorted((len(i.pointer()) for i in ranked), reverse=True)[: render.MAX_BUDGET_POINTERS]
       cost += 16 + sum(n // 2 + 2 for n in longest)
@@ -438,6 +493,10 @@ class CompilerSession:
       task.append(item)
     by_layer[Layer.TASK] = task
     return changed
+
+  def _in_tail(self, group_id: Optional[str], tail_start: int) -> bool:
+    pos = self._pos.get(group_id, -1) if group_id is not None else -1
+    return pos >= tail_start or (pos >= 0 and self.history[pos].pinned)
 
   def _tail_cost(self, start: int) -> int:
     cost = self._cum[-1] - self._cum[start]
@@ -593,11 +652,26 @@ class CompilerSession:
         task=task_items, tools=tools, evidence=evidence, memory=memory,
         budget=render.budget_line(pct, omitted, counts, pointers), user_request=user_request.text, fence=fence,
     )
-    payload_tokens = MESSAGE_OVERHEAD + self.counter.count(payload)
-    if user_request.parts:
-      payload_tokens += count_parts(user_request.parts, self.counter)
+    # Cheap upper bound from cached per-line counts; the exact count only when
+    # the bound is close to the limit (one full encode of the payload is the
+    # single largest cost of a warm compile).
+    budget_text = render.budget_line(pct, omitted, counts, pointers)
+    fences = sum(1 for sel in (evidence_sel, memory_sel) if sel.kept) * self._fence_tokens(fence)
+    payload_tokens = (
+        self._skeleton + sum(i.tokens for i in task_items) + evidence_sel.used + memory_sel.used
+        + fences + self.counter.count(budget_text)
+    )
     total = system_tokens + tool_tokens + tail_tokens + inflight_tokens + payload_tokens
+    if total > alloc.usable * _EXACT_COUNT_MARGIN:
+      payload_tokens = MESSAGE_OVERHEAD + self.counter.count(payload)
+      if user_request.parts:
+        payload_tokens += count_parts(user_request.parts, self.counter)
+      total = system_tokens + tool_tokens + tail_tokens + inflight_tokens + payload_tokens
+      exact = True
+    else:
+      exact = False
     totals = {
+        "exact": exact,
         "system": system_tokens, "tools": tool_tokens, "conversation": tail_tokens + inflight_tokens,
         "payload": payload_tokens, "evidence": evidence_sel.used, "memory": memory_sel.used,
         "task": payload_tokens - evidence_sel.used - memory_sel.used, "total": total, "pct_used": pct,
@@ -678,9 +752,14 @@ class CompilerSession:
         "usable": alloc.usable,
         "token_scale": call.token_scale,
         "tokenizer": self.counter.describe(),
-        "policy_hash": self.policy.policy_hash(),
+        "policy_hash": self._policy_hash,
         "layers": layers,
-        "totals": {"tokens": totals["total"], "pct_used": totals["pct_used"], "unallocated": alloc.unallocated},
+        "totals": {
+            "tokens": totals["total"], "pct_used": totals["pct_used"], "unallocated": alloc.unallocated,
+            # Far from the limit the payload is costed as the sum of its cached
+            # lines (an upper bound); near it, exactly.
+            "counted": "exact" if totals["exact"] else "upper_bound",
+        },
         "allocation_notes": alloc.notes,
         "tail": {
             "history_len": len(self.history),

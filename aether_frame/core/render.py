@@ -56,8 +56,27 @@ def _one_line(text: str) -> str:
   return " ".join(text.split())
 
 
+_LINE_MEMO: dict[tuple, str] = {}
+_LINE_MEMO_MAX = 8192
+
+
 def item_line(item: Item) -> str:
-  """The exact line an item occupies in the payload; its token cost is this line's."""
+  """The exact line an item occupies in the payload; its token cost is this line's.
+
+  Memoised on the fields the line depends on: the same evidence and memory
+  items are rendered on every call of a session.
+  """
+  p = item.provenance
+  key = (item.layer, item.kind, item.text, item.id, p.source, p.timestamp, p.author, item.meta.get("name") if item.meta else None)
+  line = _LINE_MEMO.get(key)
+  if line is None:
+    if len(_LINE_MEMO) >= _LINE_MEMO_MAX:
+      _LINE_MEMO.clear()
+    line = _LINE_MEMO[key] = _item_line(item)
+  return line
+
+
+def _item_line(item: Item) -> str:
   text = _one_line(item.text)
   layer = item.layer.value
   if layer == "evidence":

@@ -1,0 +1,81 @@
+"""Determinism across processes: PYTHONHASHSEED must not change a single byte."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from aether_frame.core import manifest as manifest_doc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Sets, dicts, unicode, duplicates, recall through the default ranker, a
+# trimmed tail, compressed and dropped items: everything that could leak
+# hash order into the output.
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    from aether_frame.core import manifest as manifest_doc
+    from aether_frame.core.compiler import CallInputs, CompileInput, compile_pack
+    from aether_frame.core.items import Item, Layer, Provenance
+    from aether_frame.core.policy import PackPolicy
+    from aether_frame.core.rank import ScanHistoryIndex
+    from aether_frame.retrieval import default_ranker
+    from aether_frame.tokenizers import get_counter
+
+    words = sorted({"pricing", "vendor", "tier", "latency", "données", "数据", "cache", "budget", "risk"})
+    history = []
+    for i in range(40):
+      if i % 7 == 3:
+        parts = [{"function_call": {"id": f"c{i}", "name": "search", "args": {"q": words[i % len(words)], "k": i}}},
+                 {"function_response": {"id": f"c{i}", "name": "search", "response": {"hits": words[: i % 5 + 1]}}}]
+        history.append(Item(id=f"h{i}", layer=Layer.CONVERSATION, role="model", parts=parts, text=f"called search {i}"))
+      else:
+        text = f"Turn {i}: " + " ".join(words[(i + j) % len(words)] for j in range(30))
+        history.append(Item(id=f"h{i}", layer=Layer.CONVERSATION, role="user" if i % 2 else "model", parts=[{"text": text}], text=text))
+    items = [
+        Item(id="system:i", layer=Layer.SYSTEM, text="You are an analyst."),
+        Item(id="task:g", layer=Layer.TASK, kind="goal", text="Compare vendors on pricing."),
+        Item(id="task:s", layer=Layer.TASK, kind="step", text="Find the cheapest tier."),
+        Item(id="task:a", layer=Layer.TASK, kind="acceptance", text="Cite sources."),
+        Item(id="task:u", layer=Layer.TASK, kind="user_request", text="Which vendor has the cheapest pricing tier?"),
+        Item(id="tool:search", layer=Layer.TOOLS, kind="tool", text='{"name":"search"}', meta={"name": "search"}),
+    ]
+    for i in range(14):
+      text = " ".join(f"Evidence {i} sentence {j} about {words[(i * j) % len(words)]} pricing." for j in range(1 + i % 9))
+      items.append(Item(id=f"e{i}", layer=Layer.EVIDENCE, text=text, score=round((i * 37 % 11) / 11, 4),
+                        kind="checklist_evidence" if i % 5 == 0 else "evidence",
+                        provenance=Provenance(source=f"artifact://docs/{i}.md", timestamp=1.7e9 + i * 3600),
+                        meta={"tags": sorted({"a", "b", words[i % len(words)]})}))
+    for i in range(14):
+      text = f"Memory {i}: the user said " + " ".join(words[(i + j) % len(words)] for j in range(12))
+      items.append(Item(id=f"m{i}", layer=Layer.MEMORY, text=text if i != 9 else "Memory 2: dup", provenance=Provenance(
+          source=f"memory://{i}", timestamp=1.7e9 - i * 60, author="user")))
+    inp = CompileInput(policy=PackPolicy(memory_top_k=10, compress_min_tokens=20), history=history,
+                       call=CallInputs(items=items, window=int(sys.argv[1]), now=1.7e9 + 86400, has_plan=True,
+                                       meta={"invocation_id": "e-1", "agent": "a", "model": "m"}))
+    ranker = default_ranker()
+    pack = compile_pack(inp, get_counter(), ranker=ranker, history_index=ScanHistoryIndex(ranker))
+    doc = manifest_doc.finalize(pack.manifest, {})
+    sys.stdout.write(json.dumps({"payload": pack.payload, "manifest": manifest_doc.dumps(doc).decode("utf-8"),
+                                 "events": len(pack.manifest["truncation_events"])}))
+""")
+
+
+def _run(seed: str, window: int) -> dict:
+  env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  out = subprocess.run([sys.executable, "-c", SCRIPT, str(window)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  return json.loads(out.stdout)
+
+
+def test_payload_and_manifest_bytes_identical_across_hash_seeds():
+  for window in (2500, 6000):
+    one, two = _run("1", window), _run("2", window)
+    assert one["events"] > 0, "the fixture must exercise the ladder"
+    assert one["payload"] == two["payload"]
+    assert one["manifest"] == two["manifest"]
+    manifest_doc.verify(json.loads(one["manifest"]))

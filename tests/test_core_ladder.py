@@ -1,0 +1,242 @@
+"""The overflow ladder: select → compress → drop; memory → older evidence → older conversation.
+
+Also: fixed tiers are never dropped, pinned items stay, every truncation
+event names its items and a reason, fail-loud raises instead of dropping,
+required task items, and the chunked, hysteretic tail trim.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from aether_frame.core.allocator import ContextBudgetExhausted
+from aether_frame.core.compiler import CallInputs, CompileInput, CompilerSession, compile_pack
+from aether_frame.core.items import Item, Layer, Provenance
+from aether_frame.core.policy import OverflowPolicy, PackPolicy
+from aether_frame.core.render import item_line
+
+from tests.strategies import check_accounting, check_events_well_formed
+from aether_frame.tokenizers import get_counter
+
+COUNTER = get_counter()
+LAYER_RANK = {"memory": 0, "evidence": 1, "conversation": 2}
+STAGE_RANK = {"filter": 0, "select": 1, "compress": 2, "drop": 3}
+
+
+def _fixed(plan=True) -> list[Item]:
+  items = [Item(id="system:i", layer=Layer.SYSTEM, text="You are an analyst. Follow the contract.")]
+  if plan:
+    items += [
+        Item(id="task:g", layer=Layer.TASK, kind="goal", text="Compare three vendors."),
+        Item(id="task:s", layer=Layer.TASK, kind="step", text="Extract the pricing differences."),
+        Item(id="task:a", layer=Layer.TASK, kind="acceptance", text="Every figure has a source."),
+        Item(id="task:c", layer=Layer.TASK, kind="constraint", text="Under 300 words."),
+    ]
+  items += [
+      Item(id="task:u", layer=Layer.TASK, kind="user_request", text="Which vendor is cheapest for pricing tiers?"),
+      Item(id="tool:search", layer=Layer.TOOLS, kind="tool", text='{"name":"search","description":"Searches notes."}', meta={"name": "search"}),
+  ]
+  return items
+
+
+def _sentences(tag: str, n: int) -> str:
+  return " ".join(f"{tag} sentence {j} mentions pricing tiers and vendor {j % 3}." for j in range(n))
+
+
+def _evidence(n: int, size: int = 12, **kw) -> list[Item]:
+  return [Item(id=f"e{i}", layer=Layer.EVIDENCE, text=_sentences(f"E{i}", size), score=round(1 - i / 50, 3),
+               provenance=Provenance(source=f"artifact://docs/e{i}.md", timestamp=1.7e9 + i), **kw) for i in range(n)]
+
+
+def _memory(n: int, size: int = 8) -> list[Item]:
+  return [Item(id=f"m{i}", layer=Layer.MEMORY, text=_sentences(f"M{i}", size), score=round(1 - i / 50, 3),
+               provenance=Provenance(source=f"memory://m{i}", timestamp=1.7e9 + i, author="user")) for i in range(n)]
+
+
+def _history(n: int, words: int = 40) -> list[Item]:
+  return [Item(id=f"h{i}", layer=Layer.CONVERSATION, role="user" if i % 2 == 0 else "model",
+               parts=[{"text": f"Turn {i}. " + "we discussed pricing " * (words // 3)}]) for i in range(n)]
+
+
+def _compile(items, history=(), window=3000, inflight=(), **policy) -> tuple[CompileInput, object]:
+  inp = CompileInput(policy=PackPolicy(**policy), history=list(history),
+                     call=CallInputs(items=items, inflight=list(inflight), window=window, has_plan=True))
+  return inp, compile_pack(inp, COUNTER)
+
+
+def _events(pack, *, validate=False):
+  return [e for e in pack.manifest["truncation_events"] if validate or not e["reason"].startswith("validate")]
+
+
+def test_ladder_runs_memory_then_evidence_then_conversation_and_select_compress_drop_within():
+  inp, pack = _compile(_fixed() + _evidence(10) + _memory(14), _history(40), window=2600, memory_top_k=10, compress_min_tokens=20)
+  events = _events(pack)
+  layers = [e["layer"] for e in events if e["layer"] in LAYER_RANK]
+  assert {"memory", "evidence", "conversation"} <= set(layers), events
+  assert [LAYER_RANK[x] for x in layers] == sorted(LAYER_RANK[x] for x in layers), layers
+  for layer in ("memory", "evidence"):
+    stages = [STAGE_RANK[e["stage"]] for e in events if e["layer"] == layer]
+    assert stages == sorted(stages), (layer, [e["stage"] for e in events if e["layer"] == layer])
+  assert [e["stage"] for e in events if e["layer"] == "memory"][0] == "select"  # top-K before anything else
+  assert {e["stage"] for e in events} >= {"select", "compress", "drop"}
+  check_accounting(inp, pack)
+
+
+def test_compress_comes_before_drop():
+  inp, pack = _compile(_fixed() + _evidence(6, size=20), window=1400, compress_min_tokens=20)
+  rows = {r["id"]: r for r in pack.manifest["items"]}
+  compressed = [r for r in rows.values() if r["status"] == "compressed"]
+  assert compressed, "an over-budget, compressible item should be summarised before anything is dropped"
+  for r in compressed:
+    assert r["tokens_after"] < r["tokens"]
+    assert item_line(next(i for i in inp.call.items if i.id == r["id"])) not in pack.payload
+  ev = next(e for e in pack.manifest["truncation_events"] if e["stage"] == "compress")
+  assert ev["tokens_after"] < ev["tokens_before"] and "extractive summary" in ev["reason"]
+  # Without the compress rung the same items are dropped instead.
+  _, blunt = _compile(_fixed() + _evidence(6, size=20), window=1400, compress_min_tokens=10_000)
+  blunt_rows = {r["id"]: r for r in blunt.manifest["items"]}
+  for r in compressed:
+    assert blunt_rows[r["id"]]["status"] == "dropped"
+  check_accounting(inp, pack)
+
+
+def test_checklist_evidence_is_essential_and_never_summarised():
+  low = Item(id="chk", layer=Layer.EVIDENCE, kind="checklist_evidence", text=_sentences("CHK", 14), score=0.0,
+             provenance=Provenance(source="artifact://checklist.md"))
+  inp, pack = _compile(_fixed() + _evidence(8, size=14) + [low], window=1500, compress_min_tokens=20)
+  rows = {r["id"]: r for r in pack.manifest["items"]}
+  assert rows["chk"]["status"] == "included"
+  assert item_line(low) in pack.payload.split("\n")
+  assert any(rows[f"e{i}"]["status"] != "included" for i in range(8)), "fixture must overflow"
+
+
+def test_fixed_tiers_survive_heavy_overflow():
+  inp, pack = _compile(_fixed() + _evidence(30, size=20) + _memory(30), _history(200), window=2048, memory_top_k=30)
+  rows = {r["id"]: r for r in pack.manifest["items"]}
+  for it in _fixed():
+    assert rows[it.id]["status"] == "included", it.id
+    if it.layer is not Layer.SYSTEM and it.kind != "user_request":
+      assert item_line(it) in pack.payload.split("\n"), it.id
+  assert not [e for e in pack.manifest["truncation_events"] if e["layer"] in ("system", "task", "tools")]
+  assert pack.tokens <= pack.manifest["usable"]
+  check_accounting(inp, pack)
+
+
+def test_every_event_names_items_with_pointers_and_a_reason():
+  dup = Item(id="e_dup", layer=Layer.EVIDENCE, text=_sentences("E0", 12), provenance=Provenance(source="artifact://dup.md"))
+  blank = Item(id="m_blank", layer=Layer.MEMORY, text=" \n\t ")
+  inp, pack = _compile(_fixed() + _evidence(10) + [dup] + _memory(12) + [blank], _history(30), window=2000, memory_top_k=6)
+  check_events_well_formed(pack.manifest)
+  by_id = {i.id: i for i in inp.call.items}
+  reasons = {}
+  for ev in pack.manifest["truncation_events"]:
+    for iid, ptr in zip(ev.get("item_ids", ()), ev.get("pointers", ())):
+      assert ptr == by_id[iid].pointer()
+      reasons[iid] = ev["reason"]
+  assert reasons["e_dup"] == "duplicate of e0"
+  assert reasons["m_blank"] == "empty text"
+  assert any(r.startswith("beyond memory top-K (k=6)") for r in reasons.values())
+  conv = [e for e in pack.manifest["truncation_events"] if e["layer"] == "conversation"]
+  covered = sorted(p for e in conv for p in range(e["range"]["start"], e["range"]["end"]))
+  assert conv and covered == list(range(pack.manifest["tail"]["start"]))
+  check_accounting(inp, pack)
+
+
+def test_very_long_trims_are_recorded_as_ranges():
+  inp, pack = _compile(_fixed(), _history(300, words=30), window=2048)
+  conv = [e for e in pack.manifest["truncation_events"] if e["layer"] == "conversation"]
+  dropped = sum(e["range"]["end"] - e["range"]["start"] for e in conv)
+  assert dropped == 300 - len(pack.conversation_ids)
+  assert any("item_ids" not in e for e in conv), "a >64-group trim is summarised as a range"
+  check_accounting(inp, pack)
+
+
+def test_pinned_history_and_inflight_survive_any_trim():
+  history = _history(60)
+  pending = Item(id="h_pending", layer=Layer.CONVERSATION, role="model", pinned=True, kind="pending",
+                 parts=[{"function_call": {"id": "c9", "name": "search", "args": {"q": "pricing"}}}])
+  history.insert(3, pending)
+  inflight = [Item(id="step1", layer=Layer.CONVERSATION, role="model", pinned=True, kind="inflight",
+                   parts=[{"function_call": {"id": "c10", "name": "search", "args": {}}},
+                          {"function_response": {"id": "c10", "name": "search", "response": {"r": "ok"}}}])]
+  inp, pack = _compile(_fixed(), history, window=1500, inflight=inflight)
+  assert "h_pending" in pack.conversation_ids
+  assert pack.conversation_ids[0] == "h_pending" and len(pack.conversation_ids) < len(history)
+  assert pack.manifest["tail"]["inflight_ids"] == ["step1"]
+  rows = {r["id"]: r for r in pack.manifest["items"]}
+  assert rows["h_pending"]["status"] == "included" and rows["step1"]["status"] == "included"
+  check_accounting(inp, pack)
+
+
+def test_pinned_evidence_is_kept_even_over_budget():
+  big = Item(id="pin", layer=Layer.EVIDENCE, text=_sentences("PIN", 40), pinned=True, provenance=Provenance(source="artifact://pin.md"))
+  inp, pack = _compile(_fixed() + _evidence(6) + [big], window=1800)
+  assert item_line(big) in pack.payload.split("\n")
+  check_accounting(inp, pack)
+
+
+def test_fail_loud_raises_instead_of_dropping_and_names_elastic_needs():
+  items = _fixed() + _evidence(20, size=20)
+  with pytest.raises(ContextBudgetExhausted) as err:
+    _compile(items, _history(40), window=2048, overflow=OverflowPolicy.FAIL_LOUD)
+  assert {"evidence", "memory", "conversation"} <= set(err.value.needs)
+  assert err.value.needs["evidence"] > 0 and "fail_loud" in str(err.value)
+  _, roomy = _compile(items, _history(40), window=200_000, overflow=OverflowPolicy.FAIL_LOUD)
+  assert not roomy.manifest["truncation_events"]
+
+
+@pytest.mark.parametrize("kinds, has_plan, problem", [
+    (["goal", "step"], True, "step has no acceptance checklist"),
+    (["goal"], True, "plan present but no current step"),
+    (["goal", "acceptance"], True, "plan present but no current step"),
+])
+def test_required_task_items_make_an_invalid_pack(kinds, has_plan, problem):
+  items = [Item(id="system:i", layer=Layer.SYSTEM, text="sys"), Item(id="task:u", layer=Layer.TASK, kind="user_request", text="go")]
+  items += [Item(id=f"task:{k}", layer=Layer.TASK, kind=k, text=f"the {k}") for k in kinds]
+  pack = compile_pack(CompileInput(policy=PackPolicy(), call=CallInputs(items=items, window=4096, has_plan=has_plan)), COUNTER)
+  assert pack.valid is False and pack.manifest["valid"] is False
+  assert problem in pack.problems and problem in pack.manifest["problems"]
+
+
+@pytest.mark.parametrize("kinds, has_plan", [(["goal", "step", "acceptance"], True), ([], False)])
+def test_complete_plan_or_no_plan_is_valid(kinds, has_plan):
+  items = [Item(id="system:i", layer=Layer.SYSTEM, text="sys"), Item(id="task:u", layer=Layer.TASK, kind="user_request", text="go")]
+  items += [Item(id=f"task:{k}", layer=Layer.TASK, kind=k, text=f"the {k}") for k in kinds]
+  pack = compile_pack(CompileInput(policy=PackPolicy(), call=CallInputs(items=items, window=4096, has_plan=has_plan)), COUNTER)
+  assert pack.valid and pack.manifest["valid"] and pack.problems == []
+
+
+def test_bad_calls_fail_with_a_clear_error():
+  session = CompilerSession(PackPolicy(), COUNTER)
+  with pytest.raises(ValueError, match="user_request"):
+    session.compile(CallInputs(items=[Item(id="s", layer=Layer.SYSTEM, text="x")], window=1000))
+  with pytest.raises(ValueError, match="duplicate item id"):
+    session.compile(CallInputs(items=_fixed() + [Item(id="task:u", layer=Layer.EVIDENCE, text="x")], window=1000))
+  with pytest.raises(ValueError, match="expected conversation"):
+    session.extend_history([Item(id="x", layer=Layer.MEMORY, text="x")])
+  session.extend_history(_history(2))
+  with pytest.raises(ValueError, match="duplicate history id"):
+    session.extend_history(_history(1))
+
+
+def test_tail_is_trimmed_in_chunks_and_the_prefix_is_stable_between_trims():
+  """Hysteresis: keep the previous cut while it fits; trim to the low-water mark when it does not."""
+  policy = PackPolicy(trim_low_water=0.6)
+  session = CompilerSession(policy, COUNTER)
+  hint, starts, trims = None, [], 0
+  for i, group in enumerate(_history(80, words=60)):
+    session.extend_history([group])
+    pack = session.compile(CallInputs(items=_fixed(), window=3000, tail_hint=hint))
+    assert pack.tokens <= pack.manifest["usable"]
+    if any("chunked trim" in e["reason"] for e in pack.manifest["truncation_events"]):
+      trims += 1
+    starts.append(pack.tail_start_id)
+    hint = pack.tail_start_id
+  changes = [i for i in range(1, len(starts)) if starts[i] != starts[i - 1]]
+  assert trims >= 2, "the fixture must overflow more than once"
+  assert len(changes) == trims
+  assert len(changes) <= len(starts) // 5, f"tail moved on {len(changes)} of {len(starts)} calls"
+  # Each trim cuts several groups at once (down to the low-water mark), not one.
+  pos = {f"h{i}": i for i in range(80)}
+  jumps = [pos[starts[i]] - pos[starts[i - 1]] for i in changes if starts[i - 1] is not None]
+  assert all(j >= 3 for j in jumps), jumps

@@ -1,0 +1,143 @@
+"""The manifest: required fields, hashes that mean something, checksum and tamper detection."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from aether_frame.core import manifest as manifest_doc
+from aether_frame.core.canonical import digest, sha256_hex
+from aether_frame.core.compiler import CallInputs, CompileInput, compile_pack
+from aether_frame.core.items import Item, Layer, Provenance
+from aether_frame.core.policy import PackPolicy
+from aether_frame.tokenizers import get_counter
+
+COUNTER = get_counter()
+META = {"invocation_id": "e-42", "session_id": "s-1", "agent": "researcher", "model": "gemini-2.5-flash"}
+REQUIRED = (
+    "pack_id", "invocation_id", "agent", "model", "window", "tokenizer", "layers", "truncation_events",
+    "artifact_uris", "input_sha256", "output_sha256", "policy_hash",
+)
+
+
+def _input(window=4096, request="Compare vendor pricing.", meta=META, policy=None, evidence_text="Vendor A lowered prices in May.") -> CompileInput:
+  items = [
+      Item(id="system:i", layer=Layer.SYSTEM, text="You are an analyst."),
+      Item(id="task:g", layer=Layer.TASK, kind="goal", text="Report on pricing."),
+      Item(id="task:s", layer=Layer.TASK, kind="step", text="Collect the numbers."),
+      Item(id="task:a", layer=Layer.TASK, kind="acceptance", text="Every number cited."),
+      Item(id="task:u", layer=Layer.TASK, kind="user_request", text=request),
+      Item(id="tool:search", layer=Layer.TOOLS, kind="tool", text='{"name":"search"}', meta={"name": "search"}),
+      Item(id="e1", layer=Layer.EVIDENCE, text=evidence_text, provenance=Provenance(source="artifact://reports/q2.md")),
+      Item(id="e2", layer=Layer.EVIDENCE, text="Vendor B kept prices flat.", provenance=Provenance(source="artifact://reports/b.md")),
+      Item(id="e3", layer=Layer.EVIDENCE, text="A note with no artifact.", provenance=Provenance(source="https://example.org/x")),
+      Item(id="m1", layer=Layer.MEMORY, text="User wants tables.", provenance=Provenance(source="memory://7", timestamp=1.7e9)),
+  ]
+  history = [Item(id=f"h{i}", layer=Layer.CONVERSATION, role="user" if i % 2 == 0 else "model",
+                  parts=[{"text": f"turn {i} " + "words " * 30}]) for i in range(40)]
+  return CompileInput(policy=policy or PackPolicy(), history=history,
+                      call=CallInputs(items=items, window=window, has_plan=True, meta=dict(meta)))
+
+
+def _pack(**kw):
+  return compile_pack(_input(**kw), COUNTER)
+
+
+def test_required_fields_are_present_and_correct():
+  inp = _input()
+  m = compile_pack(inp, COUNTER).manifest
+  for key in REQUIRED:
+    assert key in m, key
+  assert m["schema"] == "aether-frame/manifest@1"
+  assert (m["invocation_id"], m["agent"], m["model"], m["session_id"]) == ("e-42", "researcher", "gemini-2.5-flash", "s-1")
+  assert m["window"] == 4096
+  assert m["tokenizer"] == COUNTER.describe() and m["tokenizer"]["exact"] is True
+  assert m["policy_hash"] == inp.policy.policy_hash()
+  assert m["artifact_uris"] == ["artifact://reports/b.md", "artifact://reports/q2.md"]
+  assert m["pack_id"] == "pack_" + m["input_sha256"].removeprefix("sha256:")[:20]
+  for key in ("input_sha256", "output_sha256", "payload_sha256", "prefix_sha256"):
+    assert m[key].startswith("sha256:") and len(m[key]) == 7 + 64, key
+
+
+def test_every_layer_records_budget_floor_weight_requested_used():
+  m = _pack(window=1500).manifest
+  assert set(m["layers"]) == {"system", "task", "tools", "evidence", "memory", "conversation", "slack"}
+  for name, layer in m["layers"].items():
+    assert set(layer) >= {"budget", "floor", "weight", "requested", "used"}, name
+    assert all(isinstance(layer[k], int) for k in ("budget", "floor", "requested", "used")), name
+  assert m["layers"]["system"]["floor"] == int(0.06 * 1500)
+  assert m["layers"]["slack"]["budget"] == m["reserve"] == 150
+  weights = [m["layers"][n]["weight"] for n in ("evidence", "memory", "conversation")]
+  assert sum(weights) == pytest.approx(1.0, abs=1e-5)
+  # The conversation had to be trimmed at this window, and the manifest says so.
+  assert m["layers"]["conversation"]["requested"] > m["layers"]["conversation"]["used"]
+  assert any(ev["layer"] == "conversation" for ev in m["truncation_events"])
+
+
+def test_payload_and_output_hashes_match_the_output():
+  pack = _pack()
+  m = pack.manifest
+  assert m["payload_sha256"] == "sha256:" + sha256_hex(pack.payload)
+  assert m["output_sha256"] == digest({"payload": pack.payload, "conversation": pack.conversation_ids, "tools": ["tool:search"]})
+
+
+def test_input_hash_tracks_inputs_but_not_run_metadata():
+  base = _pack().manifest["input_sha256"]
+  assert _pack(meta={**META, "invocation_id": "e-43"}).manifest["input_sha256"] == base
+  assert _pack(window=4097).manifest["input_sha256"] != base
+  assert _pack(request="Compare vendor pricing!").manifest["input_sha256"] != base
+  assert _pack(evidence_text="Vendor A raised prices in May.").manifest["input_sha256"] != base
+  assert _pack(policy=PackPolicy(quantum=32)).manifest["input_sha256"] != base
+
+
+def test_item_rows_cover_every_call_item_with_a_status():
+  m = _pack().manifest
+  rows = {r["id"]: r for r in m["items"]}
+  for iid in ("system:i", "task:g", "task:s", "task:a", "task:u", "tool:search", "e1", "e2", "e3", "m1"):
+    assert rows[iid]["status"] in ("included", "dropped", "compressed", "filtered"), iid
+    assert rows[iid]["pointer"]
+  assert rows["e1"]["pointer"] == "artifact://reports/q2.md"
+
+
+def test_finalize_then_verify_round_trips_through_canonical_bytes():
+  body = _pack().manifest
+  doc = manifest_doc.finalize(body, {"compile_ms": 1.5, "guard": {"ok": True}})
+  assert doc["checksum"] == digest(body)
+  assert manifest_doc.verify(doc) is doc
+  loaded = json.loads(manifest_doc.dumps(doc).decode("utf-8"))
+  assert manifest_doc.verify(loaded) == doc
+  # Canonical bytes: key order does not matter.
+  shuffled = dict(reversed(list(doc.items())))
+  assert manifest_doc.dumps(shuffled) == manifest_doc.dumps(doc)
+
+
+def test_runtime_section_may_vary_without_breaking_the_checksum():
+  doc = manifest_doc.finalize(_pack().manifest, {"compile_ms": 1.5})
+  doc["runtime"]["compile_ms"] = 99.0
+  manifest_doc.verify(doc)
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda d: d.__setitem__("window", d["window"] + 1),
+    lambda d: d["truncation_events"].clear() if d["truncation_events"] else d["truncation_events"].append({"stage": "drop"}),
+    lambda d: d["layers"]["evidence"].__setitem__("used", 0),
+    lambda d: d["items"][0].__setitem__("status", "dropped"),
+    lambda d: d.__setitem__("extra", "field"),
+    lambda d: d.pop("artifact_uris"),
+    lambda d: d.__setitem__("checksum", "sha256:" + "0" * 64),
+])
+def test_tampering_is_detected(tamper):
+  doc = manifest_doc.finalize(_pack(window=1500).manifest, {"compile_ms": 1.0})
+  bad = copy.deepcopy(doc)
+  tamper(bad)
+  with pytest.raises(manifest_doc.ManifestIntegrityError, match="checksum mismatch"):
+    manifest_doc.verify(bad, where="manifest v3")
+
+
+def test_a_document_without_checksum_is_refused():
+  with pytest.raises(manifest_doc.ManifestIntegrityError, match="not a manifest"):
+    manifest_doc.verify(_pack().manifest)
+  with pytest.raises(manifest_doc.ManifestIntegrityError):
+    manifest_doc.verify(["not", "a", "dict"])  # type: ignore[arg-type]

@@ -36,7 +36,7 @@ from . import sources
 from .guard import check_request, count_request, pending_calls
 from .manifest_store import MANIFEST_FILENAME, ManifestWriter
 from .state_schema import (
-    KNOWLEDGE_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, PLAN_KEY, TAIL_KEY_PREFIX, TOOLS_KEY,
+    CALIBRATION_KEY, KNOWLEDGE_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, PLAN_KEY, TAIL_KEY_PREFIX, TOOLS_KEY,
     KnowledgeState, PlanState, ToolsState,
 )
 from .tool_scope import scope_tools
@@ -139,7 +139,13 @@ class ContextPackPlugin(BasePlugin):
       actual = getattr(usage, "prompt_token_count", None) if usage else None
       cache = self._sessions.get(self._key(callback_context))
       if cache and cache.last_estimate and actual:
-        self.calibrator.observe(cache.model or "", cache.last_estimate, actual)
+        model = cache.model or ""
+        self.calibrator.observe(model, cache.last_estimate, actual)
+        # The session's own calibration drives its budgets, so any worker that
+        # picks the session up compiles the same pack.
+        session_cal = Calibrator.from_dict(callback_context.state.get(CALIBRATION_KEY))
+        session_cal.observe(model, cache.last_estimate, actual)
+        callback_context.state[CALIBRATION_KEY] = session_cal.to_dict()
         cache.last_estimate = None
     except Exception as e:
       self._record_fault(callback_context, e)
@@ -249,7 +255,8 @@ class ContextPackPlugin(BasePlugin):
       inflight.append(it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"}))
 
     model = llm_request.model or ""
-    scale = self.calibrator.scale(model, policy.calibration_margin)
+    calibration = Calibrator.from_dict(state.get(CALIBRATION_KEY))
+    scale = calibration.scale(model, policy.calibration_margin)
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     hint = cache.tail_hint or state.get(TAIL_KEY_PREFIX + agent)
     call = CallInputs(
@@ -306,7 +313,7 @@ class ContextPackPlugin(BasePlugin):
         "compile_ms": round((time.perf_counter() - started) * 1000, 3),
         "request_tokens_estimate": estimate,
         "guard": {"ok": guard.ok, "problems": guard.problems, "fallback": bool(fallback)},
-        "calibration": self.calibrator.snapshot(model),
+        "calibration": calibration.snapshot(model),
         "tool_scoping": scoped.describe(),
     }
     version = await self.manifests.write(ctx, pack.manifest, runtime, compile_input=self._replay_input(cache, call))

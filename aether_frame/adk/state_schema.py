@@ -16,6 +16,8 @@ TOOLS_KEY = "tools"
 KNOWLEDGE_KEY = "knowledge"
 LAST_PACK_KEY = "aether_frame:last_pack"
 LAST_FAULT_KEY = "aether_frame:last_fault"
+CALIBRATION_KEY = "aether_frame:calibration"
+"""Per-session tokenizer calibration (``Calibrator.to_dict()``), shared by all workers."""
 TAIL_KEY_PREFIX = "aether_frame:tail:"
 
 

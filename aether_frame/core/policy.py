@@ -104,7 +104,7 @@ class PackPolicy(BaseModel):
   quantum: int = Field(default=64, ge=1)
   """Water-filling quantum in tokens (seed 001 §6.4.4)."""
   memory_top_k: int = Field(default=8, ge=0)
-  recall_top_k: int = Field(default=16, ge=0)
+  recall_top_k: int = Field(default=8, ge=0)
   """Older turns (outside the tail) offered to MEMORY as recall candidates."""
   recent_turns: int = Field(default=4, ge=0)
   """Conversation groups the select stage treats as essential."""

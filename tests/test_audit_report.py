@@ -32,7 +32,8 @@ CHROMIUM_FLAGS = (
 def report(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("report")
   root = tmp / "artifacts"
-  run = asyncio.run(run_session(FileArtifactService(str(root)), 14))
+  # A small window so the session overflows: the report must show truncations.
+  run = asyncio.run(run_session(FileArtifactService(str(root)), 14, window=2048))
   sess = root / "apps" / APP / "users" / USER / "sessions" / run.session_id
   out = tmp / "session.html"
   assert main(["report", str(sess), "-o", str(out)]) == 0

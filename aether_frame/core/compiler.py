@@ -656,7 +656,10 @@ class CompilerSession:
     # the bound is close to the limit (one full encode of the payload is the
     # single largest cost of a warm compile).
     budget_text = render.budget_line(pct, omitted, counts, pointers)
-    fences = sum(1 for sel in (evidence_sel, memory_sel) if sel.kept) * self._fence_tokens(fence)
+    fence_cost = self._fence_tokens(fence)
+    evidence_used = evidence_sel.used + (fence_cost if evidence_sel.kept else 0)
+    memory_used = memory_sel.used + (fence_cost if memory_sel.kept else 0)
+    fences = evidence_used - evidence_sel.used + memory_used - memory_sel.used
     payload_tokens = (
         self._skeleton + sum(i.tokens for i in task_items) + evidence_sel.used + memory_sel.used
         + fences + self.counter.count(budget_text)
@@ -673,8 +676,8 @@ class CompilerSession:
     totals = {
         "exact": exact,
         "system": system_tokens, "tools": tool_tokens, "conversation": tail_tokens + inflight_tokens,
-        "payload": payload_tokens, "evidence": evidence_sel.used, "memory": memory_sel.used,
-        "task": payload_tokens - evidence_sel.used - memory_sel.used, "total": total, "pct_used": pct,
+        "payload": payload_tokens, "evidence": evidence_used, "memory": memory_used,
+        "task": payload_tokens - evidence_used - memory_used, "total": total, "pct_used": pct,
     }
     return payload, totals
 

@@ -137,7 +137,7 @@ class ManifestWriter:
   # ------------------------------------------------------------------- write
   async def write(self, ctx, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> Optional[int]:
     """Stores the manifest; returns its version, or None if spooled or not stored."""
-    ic = ctx._invocation_context
+    ic = ctx.get_invocation_context()
     doc, blobs = self.prepare(body, runtime, compile_input, stream=(ic.app_name, ic.user_id, ic.session.id, body.get("agent")))
     self.last_document = doc
     service = self.service or ic.artifact_service

@@ -234,10 +234,10 @@ class ContextPackPlugin(BasePlugin):
     items.extend(sources.tool_items(scoped.declarations))
     evidence = sources.knowledge_items(knowledge)
     items.extend(evidence)
-    if self.include_artifacts and ctx._invocation_context.artifact_service is not None:
+    if self.include_artifacts and ctx.get_invocation_context().artifact_service is not None:
       keys = await self._artifact_keys(ctx, cache)
       items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, {MANIFEST_FILENAME}))
-    if ctx._invocation_context.memory_service is not None and user_text.strip():
+    if ctx.get_invocation_context().memory_service is not None and user_text.strip():
       found = await ctx.search_memory(user_text)
       items.extend(sources.memory_items(found.memories))
     if self.working_memory is not None:

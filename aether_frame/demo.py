@@ -12,7 +12,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
@@ -31,21 +31,18 @@ from .offline_model import OfflineLlm, tool_call
 APP_NAME = "aether_demo"
 USER_ID = "demo-user"
 
-TOPICS = [
+TOPICS = (
     "pricing of the three competitors", "their onboarding flow", "enterprise security features",
     "API rate limits", "customer support hours", "data residency options", "mobile apps",
     "integration marketplace", "free tier limits", "roadmap announcements",
-]
-
-_NOTES = {
-    t: f"Notes on {t}: competitor A leads, B is catching up, C lags; see the source index for citations."
-    for t in TOPICS
-}
+)
 
 
 def search_notes(query: str) -> dict[str, Any]:
   """Searches the research notes for a topic."""
-  hits = [v for k, v in sorted(_NOTES.items()) if any(w in k for w in query.lower().split())]
+  words = query.lower().split()
+  hits = [f"Notes on {t}: competitor A leads, B is catching up, C lags; see the source index." for t in TOPICS
+          if any(w in t for w in words)]
   return {"query": query, "hits": hits[:2] or ["no notes found"]}
 
 
@@ -54,8 +51,8 @@ def save_finding(text: str) -> dict[str, str]:
   return {"status": "saved", "chars": str(len(text))}
 
 
-def _reply(llm_request) -> types.Content | str:
-  """Deterministic model: search when asked to, summarise tool results, else answer."""
+def scripted_reply(llm_request) -> types.Content | str:
+  """The offline model's script: search when asked to, summarise tool results, else acknowledge."""
   last = llm_request.contents[-1]
   if any(p.function_response for p in last.parts or ()):
     resp = next(p.function_response for p in last.parts if p.function_response)
@@ -67,14 +64,15 @@ def _reply(llm_request) -> types.Content | str:
   return f"Noted ({len(request.split())} words). Next I will check the acceptance list."
 
 
-def _turns(n: int) -> list[str]:
+def scripted_turns(n: int, *, topics: Sequence[str] = TOPICS, search_every: int = 3, spread: int = 23) -> list[str]:
+  """A deterministic research chat of varied length; every ``search_every``-th turn asks for a search (0: never)."""
   out = []
   for i in range(n):
-    topic = TOPICS[i % len(TOPICS)]
-    if i % 3 == 0:
+    topic = topics[i % len(topics)]
+    if search_every and i % search_every == 0:
       out.append(f"search {topic}")
     else:
-      detail = " ".join(f"Point {j}: the {topic} differ in detail {i}-{j}." for j in range(4 + (i * 7) % 23))
+      detail = " ".join(f"Point {j}: the {topic} differ in detail {i}-{j}." for j in range(4 + (i * 7) % spread))
       out.append(f"Turn {i}: here is what I found about {topic}. {detail}")
   return out
 
@@ -101,7 +99,7 @@ def _initial_state() -> dict[str, Any]:
 
 async def run_demo(out_dir: Path, *, window: int = 8192, turns: int = 30, model: Optional[str] = None) -> list[dict[str, Any]]:
   out_dir.mkdir(parents=True, exist_ok=True)
-  llm: Any = model if model else OfflineLlm(model="offline-demo", default=_reply)
+  llm: Any = model if model else OfflineLlm(model="offline-demo", default=scripted_reply)
   agent = LlmAgent(
       name="researcher",
       model=llm,
@@ -124,7 +122,7 @@ async def run_demo(out_dir: Path, *, window: int = 8192, turns: int = 30, model:
   await memory.add_session_to_memory(await runner.session_service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=earlier.id))
 
   session = await runner.session_service.create_session(app_name=APP_NAME, user_id=USER_ID, state=_initial_state())
-  for text in _turns(turns):
+  for text in scripted_turns(turns):
     async for _ in runner.run_async(user_id=USER_ID, session_id=session.id, new_message=types.Content(role="user", parts=[types.Part(text=text)])):
       pass
   manifests = []

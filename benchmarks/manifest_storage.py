@@ -37,37 +37,11 @@ from aether_frame.adk.manifest_store import ManifestWriter
 from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.audit import inputs as ri
 from aether_frame.core import manifest as manifest_doc
-from aether_frame.offline_model import OfflineLlm, tool_call
+from aether_frame.demo import scripted_reply, scripted_turns, search_notes
+from aether_frame.offline_model import OfflineLlm
 
 DEFAULT = ri.DEFAULT_CHUNK_SIZE
 TOPICS = ("pricing", "latency", "support", "security", "roadmap")
-
-
-def search_notes(query: str) -> dict:
-  """Searches the research notes."""
-  return {"query": query, "hits": [f"note about {query} #{i}" for i in range(3)]}
-
-
-def _reply(request) -> Any:
-  last = request.contents[-1]
-  if any(p.function_response for p in last.parts or ()):
-    return "Based on the search: three notes found."
-  text = " ".join(p.text for p in last.parts or () if p.text).rsplit("USER REQUEST (VERBATIM):", 1)[-1].strip()
-  if text.startswith("search"):
-    return tool_call("search_notes", {"query": text.split(" ", 1)[-1]})
-  return f"Noted ({len(text.split())} words). Next I will check the acceptance list."
-
-
-def _turns(n: int) -> list[str]:
-  out = []
-  for i in range(n):
-    topic = TOPICS[i % len(TOPICS)]
-    if i % 4 == 3:
-      out.append(f"search {topic}")
-    else:
-      detail = " ".join(f"Point {j}: the {topic} figures differ in detail {i}-{j}." for j in range(4 + (i * 7) % 19))
-      out.append(f"Turn {i}: here is what I found about {topic}. {detail}")
-  return out
 
 
 STATE = {
@@ -97,11 +71,11 @@ class Capture(ManifestWriter):
 
 async def run(turns: int, window: int) -> Capture:
   writer = Capture()
-  agent = LlmAgent(name="researcher", model=OfflineLlm(default=_reply), instruction="You are a careful research assistant.", tools=[search_notes])
+  agent = LlmAgent(name="researcher", model=OfflineLlm(default=scripted_reply), instruction="You are a careful research assistant.", tools=[search_notes])
   runner = Runner(app=App(name="bench", root_agent=agent, plugins=[ContextPackPlugin(window=window, manifest_writer=writer)]),
                   session_service=InMemorySessionService(), artifact_service=InMemoryArtifactService())
   s = await runner.session_service.create_session(app_name="bench", user_id="u", state=STATE)
-  for text in _turns(turns):
+  for text in scripted_turns(turns, topics=TOPICS, search_every=4, spread=19):
     async for _ in runner.run_async(user_id="u", session_id=s.id, new_message=types.Content(role="user", parts=[types.Part(text=text)])):
       pass
   return writer

@@ -655,15 +655,15 @@ class CompilerSession:
     # Cheap upper bound from cached per-line counts; the exact count only when
     # the bound is close to the limit (one full encode of the payload is the
     # single largest cost of a warm compile).
-    budget_text = render.budget_line(pct, omitted, counts, pointers)
+    # Each data layer is charged its fence lines and its BUDGET phrase.
     fence_cost = self._fence_tokens(fence)
-    evidence_used = evidence_sel.used + (fence_cost if evidence_sel.kept else 0)
-    memory_used = memory_sel.used + (fence_cost if memory_sel.kept else 0)
-    fences = evidence_used - evidence_sel.used + memory_used - memory_sel.used
-    payload_tokens = (
-        self._skeleton + sum(i.tokens for i in task_items) + evidence_sel.used + memory_sel.used
-        + fences + self.counter.count(budget_text)
-    )
+    phrases = render.budget_phrases(omitted, counts, pointers)
+    phrase_cost = {k: self.counter.count("; " + v) for k, v in phrases.items()}
+    evidence_used = evidence_sel.used + (fence_cost if evidence_sel.kept else 0) + phrase_cost.get("evidence", 0)
+    memory_used = memory_sel.used + (fence_cost if memory_sel.kept else 0) + phrase_cost.get("memory", 0)
+    conversation_phrase = phrase_cost.get("conversation", 0)
+    # The skeleton already holds the BUDGET line's fixed phrase.
+    payload_tokens = self._skeleton + sum(i.tokens for i in task_items) + evidence_used + memory_used + conversation_phrase
     total = system_tokens + tool_tokens + tail_tokens + inflight_tokens + payload_tokens
     if total > alloc.usable * _EXACT_COUNT_MARGIN:
       payload_tokens = MESSAGE_OVERHEAD + self.counter.count(payload)
@@ -675,9 +675,9 @@ class CompilerSession:
       exact = False
     totals = {
         "exact": exact,
-        "system": system_tokens, "tools": tool_tokens, "conversation": tail_tokens + inflight_tokens,
+        "system": system_tokens, "tools": tool_tokens, "conversation": tail_tokens + inflight_tokens + conversation_phrase,
         "payload": payload_tokens, "evidence": evidence_used, "memory": memory_used,
-        "task": payload_tokens - evidence_used - memory_used, "total": total, "pct_used": pct,
+        "task": payload_tokens - evidence_used - memory_used - conversation_phrase, "total": total, "pct_used": pct,
     }
     return payload, totals
 

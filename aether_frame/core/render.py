@@ -104,11 +104,11 @@ def _fenced(lines: Sequence[str], fence: str) -> list[str]:
   return [open_, *safe, close]
 
 
-def budget_line(
-    pct_used: int, omitted: dict[str, list[str]], omitted_counts: dict[str, int], max_pointers: int = MAX_BUDGET_POINTERS
-) -> str:
-  """Tells the model what was left out, with up to ``max_pointers`` URIs per layer."""
-  parts = [f"context {pct_used}% used"]
+def budget_phrases(
+    omitted: dict[str, list[str]], omitted_counts: dict[str, int], max_pointers: int = MAX_BUDGET_POINTERS
+) -> dict[str, str]:
+  """Per layer, the BUDGET phrase that names what it left out (so its cost is charged to it)."""
+  out: dict[str, str] = {}
   for layer in ("evidence", "memory", "conversation"):
     n = omitted_counts.get(layer, 0)
     if not n:
@@ -121,8 +121,16 @@ def budget_line(
       text += ": " + ", ".join(ptrs) + (f" (+{more} more in manifest)" if more > 0 else "")
     elif more > 0 and layer != "conversation":
       text += " (listed in manifest)"
-    parts.append(text)
-  return "- " + "; ".join(parts)
+    out[layer] = text
+  return out
+
+
+def budget_line(
+    pct_used: int, omitted: dict[str, list[str]], omitted_counts: dict[str, int], max_pointers: int = MAX_BUDGET_POINTERS
+) -> str:
+  """Tells the model what was left out, with up to ``max_pointers`` URIs per layer."""
+  phrases = budget_phrases(omitted, omitted_counts, max_pointers)
+  return "- " + "; ".join([f"context {pct_used}% used", *phrases.values()])
 
 
 def render_payload(

@@ -19,12 +19,23 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Callable, Iterable, Optional, Sequence
+from operator import itemgetter
+from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
 
 from .text import analyze
 
+if TYPE_CHECKING:
+  from .features import DocFeatures
+
 DocKey = tuple[str, str]
 """(item id, content hash)."""
+
+
+def heaviest_terms(weighted: list[tuple[str, float]], n: int) -> list[tuple[str, float]]:
+  """The ``n`` heaviest (term, weight) pairs, ties by term: two C sorts, no key tuples."""
+  weighted.sort()  # by term (terms are distinct)
+  weighted.sort(key=itemgetter(1), reverse=True)  # stable: equal weights stay in term order
+  return weighted[:n]
 
 
 class IncrementalBM25:
@@ -50,6 +61,8 @@ class IncrementalBM25:
     self._max_cached = max_cached
     self.adds = 0
     self.removes = 0
+    self.version = 0
+    """Changes whenever the document set does (statistics-derived caches key on it)."""
 
   def __len__(self) -> int:
     return len(self._active)
@@ -68,16 +81,22 @@ class IncrementalBM25:
     terms = self._tokenize(text)
     return Counter(terms), len(terms)
 
-  def add(self, key: DocKey, text: str) -> None:
+  def add(self, key: DocKey, text: str, counts: Optional[tuple[Counter, int]] = None) -> None:
+    """Indexes ``text``; ``counts`` (term counts, length) skips tokenising it again."""
     if key in self._active:
       return
-    tf, length = self._analyse(key, text)
+    if counts is not None:
+      self._retired.pop(key, None)
+      tf, length = counts
+    else:
+      tf, length = self._analyse(key, text)
     self._active[key] = (tf, length)
     self._total_len += length
     for term, count in tf.items():
       self._postings.setdefault(term, {})[key] = count
       self._df[term] += 1
     self.adds += 1
+    self.version += 1
 
   def remove(self, key: DocKey) -> None:
     entry = self._active.pop(key, None)
@@ -95,15 +114,21 @@ class IncrementalBM25:
     if len(self._retired) < self._max_cached:
       self._retired[key] = entry
     self.removes += 1
+    self.version += 1
 
-  def sync(self, docs: Iterable[tuple[DocKey, str]]) -> None:
-    """Makes the active set exactly ``docs``: O(new + retired) index work, O(n) key checks."""
+  def sync(self, docs: Iterable[tuple[DocKey, str]], counts: Optional[Callable[[DocKey], tuple[Counter, int]]] = None) -> None:
+    """Makes the active set exactly ``docs``: O(new + retired) index work, O(n) key checks.
+
+    ``counts(key)``, when given, supplies a new document's (term counts, length).
+    """
     wanted: dict[DocKey, str] = dict(docs)
-    for key in [k for k in self._active if k not in wanted]:
-      self.remove(key)
-    for key, text in wanted.items():
-      if key not in self._active:
-        self.add(key, text)
+    active = self._active
+    if len(active) > len(wanted) or any(k not in active for k in wanted):
+      for key in [k for k in active if k not in wanted]:
+        self.remove(key)
+      for key, text in wanted.items():
+        if key not in active:
+          self.add(key, text, counts(key) if counts is not None else None)
 
   def df(self, term: str) -> int:
     return self._df.get(term, 0)
@@ -155,7 +180,89 @@ class IncrementalBM25:
       for term in sorted(tf):
         if term not in skip and self._df[term] > 1:
           acc[term] = acc.get(term, 0.0) + (score / best) * tf[term] / max(1, length)
-    weighted = sorted(((t, v * self.idf(t)) for t, v in acc.items()), key=lambda kv: (-kv[1], kv[0]))[:terms]
+    weighted = heaviest_terms([(t, v * self.idf(t)) for t, v in acc.items()], terms)
+    if not weighted:
+      return []
+    norm = weighted[0][1]
+    return [(t, v / norm) for t, v in weighted]
+
+
+class SmallBM25:
+  """``IncrementalBM25``'s scores for a handful of documents, built from scratch per call.
+
+  A memory layer of ~20 items changes every call (memory rotates, recall
+  copies come and go); adding and retiring their postings in an index costs
+  more than scoring the few documents directly from their cached features
+  (``DocFeatures``: term counts, length, term set). Same formulas, same
+  summation order (query-term order per document), so the numbers are
+  identical. An instance may be reused while the document set is unchanged.
+  """
+
+  def __init__(self, docs: dict[DocKey, "DocFeatures"], *, k1: float = 1.2, b: float = 0.75) -> None:
+    self.k1 = k1
+    self.b = b
+    self._docs = docs
+    self._df: Counter = Counter()
+    total = 0
+    for f in docs.values():
+      self._df.update(f.terms)
+      total += f.length
+    self._n = len(docs)
+    self.avgdl = total / self._n if self._n else 0.0
+    self._post: dict[str, list[tuple[DocKey, int, int]]] = {}
+    self._idf: dict[int, float] = {}
+
+  def __len__(self) -> int:
+    return self._n
+
+  def idf(self, term: str) -> float:
+    df = self._df.get(term, 0)
+    out = self._idf.get(df)
+    if out is None:
+      out = self._idf[df] = math.log(1.0 + (self._n - df + 0.5) / (df + 0.5))
+    return out
+
+  def _posting(self, term: str) -> list[tuple[DocKey, int, int]]:
+    p = self._post.get(term)
+    if p is None:
+      if len(self._post) > 4096:
+        self._post.clear()
+      p = self._post[term] = [(key, f.tf[term], f.length) for key, f in self._docs.items() if term in f.terms]
+    return p
+
+  def scores(self, query_terms: Sequence[str], weights: Optional[Sequence[float]] = None) -> dict[DocKey, float]:
+    out: dict[DocKey, float] = {}
+    if not self._n:
+      return out
+    avgdl = self.avgdl or 1.0
+    k1, b = self.k1, self.b
+    df = self._df
+    for qi, term in enumerate(query_terms):
+      if not df.get(term):
+        continue
+      idf = self.idf(term) * (weights[qi] if weights is not None else 1.0)
+      for key, c, dl in self._posting(term):
+        out[key] = out.get(key, 0.0) + idf * c / (c + k1 * (1.0 - b + b * dl / avgdl))
+    return out
+
+  def expansion_terms(
+      self, doc_scores: dict[DocKey, float], exclude: Iterable[str], *, docs: int, terms: int
+  ) -> list[tuple[str, float]]:
+    """As ``IncrementalBM25.expansion_terms``."""
+    top = sorted(doc_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:docs]
+    if not top or top[0][1] <= 0.0:
+      return []
+    best = top[0][1]
+    skip = set(exclude)
+    df = self._df
+    acc: dict[str, float] = {}
+    for key, score in top:
+      f = self._docs[key]
+      length = f.length
+      for term, c in f.sorted_tf:
+        if term not in skip and df[term] > 1:
+          acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
+    weighted = heaviest_terms([(t, v * self.idf(t)) for t, v in acc.items()], terms)
     if not weighted:
       return []
     norm = weighted[0][1]

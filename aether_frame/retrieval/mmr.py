@@ -7,6 +7,7 @@ MMR penalty, merely related turns pay nothing). Greedy, lazily re-evaluated with
 heap: penalties only grow, so a popped entry whose value is still current is
 the true maximum. Values picked are non-increasing, so sorting by them later
 reproduces the pick order; ties go to the lower index, as in ``rank_layer``.
+``mmr_lazy`` makes the same picks but compares a pair only when it can matter.
 """
 
 from __future__ import annotations
@@ -81,3 +82,84 @@ def dense_neighbours(matrix: Sequence[Sequence[float]]) -> Neighbours:
     return ((j, s) for j, s in enumerate(matrix[i]) if j != i)
 
   return neighbours
+
+
+Similarity = Callable[[int, int], float]
+"""``similarity(picked, other)``: the similarity of a pair (0 when not similar)."""
+
+Candidates = Callable[[int], int]
+"""``candidates(i)``: a bitmask of every j that may be similar to i (bit j set); a
+superset is fine, a missing j is not."""
+
+
+def mmr_lazy(
+    relevance: Sequence[float],
+    similarity: Similarity,
+    *,
+    lam: float,
+    threshold: float,
+    ndigits: int = 6,
+    candidates: Candidates | None = None,
+    stop_below: int | None = None,
+) -> list[Pick]:
+  """``mmr`` with redundancy computed when an item is popped, not when a neighbour is picked.
+
+  An item's redundancy is the max over the picks so far (the earliest pick
+  wins a tie, as in ``mmr``), so the picks are exactly ``mmr``'s; but only
+  pairs (popped item, earlier pick) are compared, only those ``candidates``
+  allows, and with ``stop_below=k`` the loop ends once k picks are made and
+  nothing left can tie the k-th: a top-k needs about k x k comparisons.
+  """
+  n = len(relevance)
+  red = [0.0] * n
+  src: list[int | None] = [None] * n
+  seen = [0] * n
+  picked = [False] * n
+  order: list[int] = []
+  rank_of = [0] * n
+  upto = [0]
+  """``upto[r]``: bitmask of the first r picks."""
+
+  def value(i: int) -> float:
+    return round(lam * relevance[i] - (1.0 - lam) * red[i], ndigits)
+
+  heap = [(-value(i), i) for i in range(n)]
+  heapq.heapify(heap)
+  out: list[Pick] = []
+  while heap:
+    neg, i = heap[0]
+    if stop_below is not None and len(out) >= stop_below and -neg < out[stop_below - 1].value:
+      break
+    heapq.heappop(heap)
+    if picked[i]:
+      continue
+    done = len(order)
+    if seen[i] < done:
+      if candidates is None:
+        new = order[seen[i]:]
+      else:
+        mask = candidates(i) & (upto[done] ^ upto[seen[i]])
+        new = []
+        while mask:
+          low = mask & -mask
+          new.append(low.bit_length() - 1)
+          mask ^= low
+        if len(new) > 1:
+          new.sort(key=rank_of.__getitem__)
+      r_i, s_i = red[i], src[i]
+      for a in new:
+        r = redundancy(similarity(a, i), threshold)
+        if r > r_i:
+          r_i, s_i = r, a
+      red[i], src[i] = r_i, s_i
+      seen[i] = done
+    current = value(i)
+    if -neg != current:
+      heapq.heappush(heap, (-current, i))
+      continue
+    picked[i] = True
+    rank_of[i] = len(order)
+    order.append(i)
+    upto.append(upto[-1] | (1 << i))
+    out.append(Pick(i, current, round(red[i], ndigits), src[i]))
+  return out

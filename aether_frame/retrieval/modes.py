@@ -51,9 +51,79 @@ _COMPILED = {
 }
 
 
+def _needs(cue: str) -> tuple[tuple[str, bool], ...]:
+  """Words every match of ``cue`` contains: its leading literal words, as (text, whole word?).
+
+  A word followed by a space (not an optional one), ``\\b``, a lookahead or the
+  end of the cue is whole; one followed by anything else (``\\w*``, ``?``, ``-``)
+  is only a prefix (minus a last letter made optional by ``?``).
+  """
+  cue = cue.removeprefix(r"\b")
+  out = []
+  while True:
+    m = re.match(r"[a-z]+", cue)
+    if not m:
+      break
+    run = m.group(0)
+    rest = cue[len(run):]
+    if rest == "" or rest.startswith((r"\b", "(?=")) or (rest.startswith(" ") and rest[1:2] not in ("?", "*", "+", "{")):
+      out.append((run, True))
+      if not rest.startswith(" "):
+        break
+      cue = rest[1:]
+      continue
+    out.append((run[:-1] if rest[:1] in ("?", "*", "{") else run, False))
+    break
+  return tuple(out)
+
+
+def _plan(cues: tuple[str, ...]) -> tuple[frozenset, tuple[str, ...], tuple[frozenset, ...]]:
+  """(single whole words, word prefixes, multi-word sets): any present means the mode may match."""
+  singles, prefixes, multis = set(), [], []
+  for cue in cues:
+    needs = _needs(cue)
+    if not needs:
+      return frozenset(), ("",), ()  # no literal to look for: always run the regex
+    if len(needs) == 1:
+      text, whole = needs[0]
+      (singles.add(text) if whole else prefixes.append(text))
+    elif all(whole for _, whole in needs):
+      multis.append(frozenset(t for t, _ in needs))
+    else:
+      prefixes.append(needs[0][0])  # conservative: the first word as a prefix
+  return frozenset(singles), tuple(prefixes), tuple(multis)
+
+
+_PLANS = {mode: _plan(cues) for mode, cues in _CUES.items()}
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _may_match(plan, words: set[str]) -> bool:
+  singles, prefixes, multis = plan
+  if not singles.isdisjoint(words):
+    return True
+  if prefixes and any(w.startswith(prefixes) for w in words):
+    return True
+  return any(m <= words for m in multis)
+
+
 def mode_scores(query: str) -> dict[str, int]:
-  """Cue hits per mode (for explanations and tests)."""
-  return {mode: len(_COMPILED[mode].findall(query)) for mode in PRECEDENCE if mode in _COMPILED}
+  """Cue hits per mode (for explanations and tests).
+
+  A cue matches between word boundaries, so in ASCII text its literal words
+  are words of ``query.lower()``; a mode none of whose cues has its words
+  present cannot match, and its (slow) regex is skipped.
+  """
+  words = set(_WORD.findall(query.lower())) if query.isascii() else None
+  out = {}
+  for mode in PRECEDENCE:
+    if mode not in _COMPILED:
+      continue
+    if words is not None and not _may_match(_PLANS[mode], words):
+      out[mode] = 0
+    else:
+      out[mode] = len(_COMPILED[mode].findall(query))
+  return out
 
 
 def detect_mode(query: str) -> str:

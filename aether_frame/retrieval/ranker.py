@@ -6,9 +6,10 @@ similarity when an embedder is configured) -> fuse -> add the other signals
 near-duplicates do not crowd out other evidence. Every item leaves with its
 components in ``meta["explain"]``, so a drop in the manifest says why.
 
-The ranker object persists across the calls of one session: the BM25 index
-and the vector cache are updated incrementally (keyed by item id + content
-hash). Scores depend only on (query, items, now, weights), never on history.
+The ranker object persists across the calls of one session: one BM25 index
+per layer and the vector cache are updated incrementally (keyed by item id +
+content hash), text analysis is cached by content and query analysis by query.
+Scores depend only on (query, items, now, weights), never on history.
 """
 
 from __future__ import annotations
@@ -16,30 +17,25 @@ from __future__ import annotations
 import logging
 import math
 import re
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from collections import Counter
+from typing import Any, Callable, Optional, Sequence
 
 from aether_frame.core.items import Item, Layer
 
-from .dedup import NearDuplicateIndex
+from .dedup import PrefixPool, near_duplicate_features, pair_candidates, prefix_length
 from .decay import freshness as decay_freshness
 from .embed import Embedder, VectorCache
+from .features import CONVERSATIONAL_KINDS, ND, LRU, DocFeatures, QueryInfo, num as _num, rnd as _r
 from .history import RecallIndex
 from .fusion import max_normalise, min_max_normalise, ranks, rrf
-from .lexical import DocKey, IncrementalBM25
-from .mmr import mmr
-from .modes import detect_mode
-from .temporal import has_time_expression, is_when_question, parse_time_range, temporal_score
-from .text import analyze, content_hash
+from .lexical import DocKey, IncrementalBM25, SmallBM25
+from .mmr import mmr_lazy
+from .temporal import temporal_score
+from .text import content_hash
 from .weights import RetrievalWeights
 
 logger = logging.getLogger(__name__)
 
-ND = 6
-"""Digits every score component is rounded to (determinism across platforms)."""
-
-CONVERSATIONAL_KINDS = frozenset({"recall", "turn", "pending", "conversation"})
-"""Kinds whose items form a timeline (adjacency and continuity apply)."""
 
 _RENDER_PREFIX = re.compile(r"^\s*\[[^\]\n]{1,64}\]\s*")
 
@@ -56,25 +52,14 @@ def default_index_text(item: Item) -> str:
   return _RENDER_PREFIX.sub("", item.text, count=1)
 
 
-@dataclass
-class _Static:
-  """Query-independent features of one indexed document, computed once."""
-
-  salience: float
-  time_expr: bool
-  terms: frozenset
-
-
-def _num(value: Any) -> Optional[float]:
-  """A finite number from item meta, or None (meta is free-form JSON)."""
-  if isinstance(value, bool) or not isinstance(value, (int, float)):
-    return None
-  value = float(value)
-  return value if math.isfinite(value) else None
-
-
-def _r(x: float) -> float:
-  return round(x, ND) + 0.0  # + 0.0 turns -0.0 into 0.0
+FEATURE_CACHE = 100_000
+"""Analysed texts kept (by content hash): enough for a long session's history plus its recall copies."""
+QUERY_CACHE = 256
+PAIR_SWEEP = 64
+"""Pools up to this size test every pair's signature up front (integer work only)."""
+SMALL_LAYER = 48
+"""Calls with at most this many items score BM25 directly (``SmallBM25``) instead of
+syncing a per-layer index: evidence and memory layers are small and churn every call."""
 
 
 class HybridRanker:
@@ -88,13 +73,20 @@ class HybridRanker:
       index_text: Callable[[Item], str] = default_index_text,
   ) -> None:
     self.weights = weights or RetrievalWeights()
-    self._lex = IncrementalBM25(k1=self.weights.bm25_k1, b=self.weights.bm25_b)
+    self._lex = self._new_lexical()
+    self._layers: dict[Any, IncrementalBM25] = {None: self._lex}
+    """One BM25 index per layer: evidence and memory calls alternate, and each index
+    follows its own layer's items instead of being torn down and rebuilt every call."""
     self.embedder = embedder
     self._vectors = VectorCache(embedder) if embedder is not None else None
     self._index_text = index_text
-    self._static: dict[DocKey, _Static] = {}
-    self._dups = NearDuplicateIndex(self.weights.mmr_threshold)
-    self._key_memo: dict[str, tuple[str, str, DocKey, Any]] = {}
+    self._features = LRU(FEATURE_CACHE)
+    """Analysis by content hash, shared with children: a recall copy is not re-analysed."""
+    self._queries = LRU(QUERY_CACHE)
+    self._small = LRU(8)
+    self._prefix_cache: dict[int, tuple[int, IncrementalBM25, dict]] = {}
+    """Small-layer BM25 by document set: the evidence layer is usually the same every call."""
+    self._key_memo: dict[str, tuple[str, str, DocKey, Any, DocFeatures]] = {}
     self._rows: dict[DocKey, Any] = {}
     """Document vectors by key (numpy rows once numpy is seen), so a call only embeds new items."""
     self._last_matrix: Any = None
@@ -104,9 +96,11 @@ class HybridRanker:
   # -- public ---------------------------------------------------------------
 
   def child(self) -> "HybridRanker":
-    """A ranker with the same weights, embedder and vector cache, but its own indexes."""
+    """A ranker with the same weights, embedder and caches, but its own indexes."""
     twin = HybridRanker(self.weights, embedder=self.embedder, index_text=self._index_text)
     twin._vectors = self._vectors
+    twin._features = self._features
+    twin._queries = self._queries
     return twin
 
   def new_history_index(self) -> RecallIndex:
@@ -114,7 +108,7 @@ class HybridRanker:
     return RecallIndex(self.child())
 
   def rank(self, query: str, items: Sequence[Item], *, layer: Layer, now: Optional[float]) -> list[Item]:
-    explains = self.explain(query, items, now=now)
+    explains = self.explain(query, items, now=now, layer=layer)
     out = []
     for item, ex in zip(items, explains):
       meta = dict(item.meta)
@@ -122,31 +116,60 @@ class HybridRanker:
       out.append(item.model_copy(update={"score": ex["score"], "meta": meta}))
     return out
 
-  def explain(self, query: str, items: Sequence[Item], *, now: Optional[float]) -> list[dict[str, Any]]:
-    """The score components of every item, in input order (``rank`` without the copies)."""
+  def query_info(self, query: str) -> QueryInfo:
+    """Mode, terms and time cues of ``query``, memoised per query string."""
+    return self._queries.get(query, lambda: QueryInfo(query, self.weights))
+
+  def features(self, text: str, digest: Optional[str] = None) -> DocFeatures:
+    """Analysis of one index text, cached by content hash."""
+    return self._features.get(digest or content_hash(text), lambda: DocFeatures(text))
+
+  def explain(
+      self, query: str, items: Sequence[Item], *, now: Optional[float], layer: Any = None
+  ) -> list[dict[str, Any]]:
+    """The score components of every item, in input order (``rank`` without the copies).
+
+    ``layer`` picks the BM25 index that follows these items (one per layer).
+    """
     n = len(items)
     if n == 0:
       return []
     w = self.weights
-    mode = detect_mode(query)
+    q = self.query_info(query)
+    mode = q.mode
     self.last_mode = mode
-    ew = w.for_mode(mode)
-    profile = w.modes.get(mode)
+    ew = q.ew
+    profile = q.profile
 
-    texts, keys = self._keys(items)
-    self._lex.sync(zip(keys, texts))
-    statics = [self._static_for(k, t) for k, t in zip(keys, texts)]
-    self._dups.sync((k, st.terms) for k, st in zip(keys, statics))
+    texts, keys, feats = self._keys(items)
+    lex: Any
+    if n <= SMALL_LAYER:
+      docs = dict(zip(keys, feats))
+      lex = self._small.get(tuple(docs), lambda: SmallBM25(docs, k1=w.bm25_k1, b=w.bm25_b))
+    else:
+      lex = self._layers.get(layer)
+      if lex is None:
+        lex = self._layers[layer] = self._new_lexical()
+      by_key = None
+
+      def counts(key: DocKey) -> tuple[Any, int]:
+        nonlocal by_key
+        if by_key is None:
+          by_key = dict(zip(keys, feats))
+        f = by_key[key]
+        return f.tf, f.length
+
+      lex.sync(zip(keys, texts), counts)
 
     # Relevance: BM25 and (optionally) vector similarity, fused.
-    qterms = list(dict.fromkeys(analyze(query)))
-    bm = self._lex.scores(qterms)
+    qterms = q.qterms
+    bm = lex.scores(qterms)
     if w.prf_weight > 0.0 and bm:
-      extra = self._lex.expansion_terms(bm, qterms, docs=w.prf_docs, terms=w.prf_terms)
+      extra = lex.expansion_terms(bm, qterms, docs=w.prf_docs, terms=w.prf_terms)
       if extra:
         terms = qterms + [t for t, _ in extra]
         tw = [1.0] * len(qterms) + [w.prf_weight * v for _, v in extra]
-        bm = self._lex.scores(terms, tw)
+        bm = lex.scores(terms, tw)
     bm25 = [bm.get(k, 0.0) for k in keys]
     text_n = max_normalise(bm25)
     sims = self._similarities(query, texts, keys) if ew["similarity"] > 0.0 else None
@@ -176,13 +199,13 @@ class HybridRanker:
     if ref_now is None:
       stamps = [it.provenance.timestamp for it in items if it.provenance.timestamp is not None]
       ref_now = max(stamps) if stamps else None
-    span = parse_time_range(query, ref_now)
-    when = span is None and is_when_question(query)
+    span = q.span(ref_now)
+    when = span is None and q.when
 
     access_n = max_normalise([math.log1p(max(0.0, _num(it.meta.get("access_count")) or 0.0)) for it in items])
 
     cue_w = w.time_cue * profile.temporal
-    authors = self._authors_named(query, items)
+    authors = frozenset(a for a in {it.provenance.author for it in items if it.provenance.author} if q.names(a))
     w_adj, w_tmp, w_fr, w_acc, w_sal, w_con, w_au = (
         ew["adjacency"], ew["temporal"], ew["freshness"], ew["access"], ew["salience"], ew["continuity"], ew["author"]
     )
@@ -199,7 +222,7 @@ class HybridRanker:
       fresh = fresh_memo.get(fk)
       if fresh is None:
         fresh = fresh_memo[fk] = round(decay_freshness(w.decay, timestamp=ts, now=ref_now, last_access=la), ND)
-      sal = statics[i].salience
+      sal = feats[i].salience
       if meta or boost:
         given = _num(meta.get("salience")) if meta else None
         if given is not None:
@@ -208,7 +231,7 @@ class HybridRanker:
           sal = min(1.0, sal + boost)
         sal = round(sal, ND)
       temporal = round(temporal_score(ts, span, w.temporal_margin_days), ND) if span is not None else 0.0
-      cue = 1.0 if (when and statics[i].time_expr) else 0.0
+      cue = 1.0 if (when and feats[i].time_expr) else 0.0
       author = 1.0 if (authors and it.provenance.author in authors) else 0.0
       adj = round(adjacency[i], ND) if adjacency[i] else 0.0
       con = round(continuity[i], ND) if continuity[i] else 0.0
@@ -235,7 +258,7 @@ class HybridRanker:
           "base": b,
       })
 
-    picks = self._diversify(base, keys, statics, sims)
+    picks = self._diversify(base, keys, feats, sims, lex)
     for rank, (i, value, red, similar_to) in enumerate(picks, start=1):
       ex = comps[i]
       ex["redundancy"] = red
@@ -247,44 +270,37 @@ class HybridRanker:
 
   # -- pieces ---------------------------------------------------------------
 
-  def _keys(self, items: Sequence[Item]) -> tuple[list[str], list[DocKey]]:
-    """Index text and (id, content hash) per item; memoised on (id, raw text)."""
+  def _prefixes(self, lex: IncrementalBM25) -> dict[DocKey, tuple[str, ...]]:
+    """Near-duplicate prefixes by document for ``lex``'s current document set."""
+    cached = self._prefix_cache.get(id(lex))
+    if cached is None or cached[0] != lex.version or cached[1] is not lex:
+      cached = self._prefix_cache[id(lex)] = (lex.version, lex, {})
+    return cached[2]
+
+  def _new_lexical(self) -> IncrementalBM25:
+    # No retired-document cache: analysis is already cached by content.
+    return IncrementalBM25(k1=self.weights.bm25_k1, b=self.weights.bm25_b, max_cached=0)
+
+  def _keys(self, items: Sequence[Item]) -> tuple[list[str], list[DocKey], list[DocFeatures]]:
+    """Index text, (id, content hash) and features per item; memoised on (id, raw text)."""
     memo = self._key_memo
     texts: list[str] = []
     keys: list[DocKey] = []
+    feats: list[DocFeatures] = []
     for it in items:
       hit = memo.get(it.id)
-      if hit is None or hit[0] != it.text or hit[3] != it.meta.get("index_text"):
+      explicit = it.meta.get("index_text")
+      if hit is None or hit[0] != it.text or hit[3] != explicit:
         t = self._index_text(it)
-        hit = (it.text, t, (it.id, content_hash(t)), it.meta.get("index_text"))
+        h = content_hash(t)
+        hit = (it.text, t, (it.id, h), explicit, self.features(t, h))
         if len(memo) > 200_000:
           memo.clear()
         memo[it.id] = hit
       texts.append(hit[1])
       keys.append(hit[2])
-    return texts, keys
-
-  @staticmethod
-  def _authors_named(query: str, items: Sequence[Item]) -> frozenset:
-    """Authors of the candidates whose name (or first name) appears in the query."""
-    words = set(re.findall(r"[a-z0-9]+", query.lower()))
-    named = set()
-    for author in {it.provenance.author for it in items if it.provenance.author}:
-      parts = re.findall(r"[a-z0-9]+", author.lower())
-      if parts and (parts[0] in words or author.lower() in query.lower()):
-        named.add(author)
-    return frozenset(named)
-
-  def _static_for(self, key: DocKey, text: str) -> _Static:
-    st = self._static.get(key)
-    if st is None:
-      terms = frozenset(analyze(text))
-      # Content-bearing turns state things; "haha, thanks!" does not.
-      st = _Static(salience=_r(min(1.0, len(terms) / 16.0)), time_expr=has_time_expression(text), terms=terms)
-      if len(self._static) > 200_000:
-        self._static.clear()
-      self._static[key] = st
-    return st
+      feats.append(hit[4])
+    return texts, keys, feats
 
   def _similarities(self, query: str, texts: list[str], keys: list[DocKey]) -> Optional[list[float]]:
     """Cosine of each item to the query; None (lexical only) if the embedder fails."""
@@ -381,7 +397,7 @@ class HybridRanker:
     return out
 
   def _diversify(
-      self, base: list[float], keys: list[DocKey], statics: list[_Static], sims: Optional[list[float]]
+      self, base: list[float], keys: list[DocKey], feats: list[DocFeatures], sims: Optional[list[float]], lex: Any = None
   ) -> list[tuple[int, float, float, Optional[int]]]:
     """MMR over the best ``mmr_pool`` items; the rest keep ``lam * base`` in base order."""
     w = self.weights
@@ -389,19 +405,34 @@ class HybridRanker:
     order = sorted(range(n), key=lambda i: (-base[i], i))
     pool = order[: w.mmr_pool]
     rest = order[w.mmr_pool :]
-    neighbours = self._neighbours(pool, keys, sims)
-    picks = mmr([base[i] for i in pool], neighbours, lam=lam, threshold=w.mmr_threshold, ndigits=ND)
-    out = [(pool[p.index], p.value, p.redundancy, pool[p.similar_to] if p.similar_to is not None else None) for p in picks]
+    similarity, candidates = self._similarity(pool, keys, feats, sims, lex)
+    if candidates is None:  # no pair can be redundant: MMR keeps base order
+      out = [(i, _r(lam * base[i]), 0.0, None) for i in pool]
+      out.sort(key=lambda x: -x[1])  # stable: ties keep (base, index) order, as MMR's heap does
+    else:
+      picks = mmr_lazy(
+          [base[i] for i in pool], similarity, candidates=candidates, lam=lam, threshold=w.mmr_threshold, ndigits=ND
+      )
+      out = [(pool[p.index], p.value, p.redundancy, pool[p.similar_to] if p.similar_to is not None else None) for p in picks]
     out.extend((i, _r(lam * base[i]), 0.0, None) for i in rest)
     return out
 
-  def _neighbours(self, pool: list[int], keys: list[DocKey], sims: Optional[list[float]]):
-    """Pairs above the MMR threshold: term-set Jaccard from the near-duplicate index, and
-    embedding cosine when vectors exist (the larger of the two counts)."""
+  def _similarity(
+      self, pool: list[int], keys: list[DocKey], feats: list[DocFeatures], sims: Optional[list[float]], lex: Any = None
+  ):
+    """Pair similarity in the pool for the pairs MMR asks about, and a bitmask of the members
+    that may be similar to one (None: no pair can be): 1 for the same id and text twice,
+    term-set Jaccard above the MMR threshold, embedding cosine when vectors exist."""
     threshold = self.weights.mmr_threshold
-    where: dict[DocKey, list[int]] = {}
+    extra: dict[int, int] = {}
+    where: dict[DocKey, int] = {}
     for p, i in enumerate(pool):
-      where.setdefault(keys[i], []).append(p)
+      where[keys[i]] = where.get(keys[i], 0) | (1 << p)
+    if len(where) < len(pool):
+      for p, i in enumerate(pool):
+        same = where[keys[i]] & ~(1 << p)
+        if same:
+          extra[p] = same
     dense: Optional[dict[int, dict[int, float]]] = None
     if sims is not None and self._last_matrix is not None:
       import numpy as np
@@ -415,22 +446,47 @@ class HybridRanker:
         if a != b:
           # Rescale so that vt maps onto the Jaccard threshold: one redundancy scale for both.
           dense.setdefault(a, {})[b] = threshold + (float(gram[a, b]) - vt) / (1.0 - vt) * (1.0 - threshold)
+          extra[b] = extra.get(b, 0) | (1 << a)
+    fs = [feats[i] for i in pool]
 
-    def neighbours(p: int) -> Iterable[tuple[int, float]]:
-      # Each neighbour appears once, so iteration order cannot change MMR's result.
-      me = keys[pool[p]]
-      row: dict[int, float] = {q: 1.0 for q in where[me] if q != p}  # same id and text twice
-      for other, j in self._dups.pairs(me).items():
-        for q in where.get(other, ()):
-          if j > row.get(q, 0.0):
-            row[q] = j
+    def similarity(a: int, b: int) -> float:
+      s = 1.0 if keys[pool[a]] == keys[pool[b]] else near_duplicate_features(fs[a], fs[b], threshold)
       if dense is not None:
-        for q, s in dense.get(p, {}).items():
-          if s > row.get(q, 0.0):
-            row[q] = s
-      return row.items()
+        d = dense.get(a, {}).get(b, 0.0)
+        if d > s:
+          s = d
+      return s
 
-    return neighbours
+    if len(pool) <= PAIR_SWEEP:
+      masks = pair_candidates(fs, threshold)
+      for p, m in extra.items():
+        masks[p] |= m
+      if not any(masks):
+        return similarity, None
+      return similarity, masks.__getitem__
+    prefixes = self._prefixes(lex) if isinstance(lex, IncrementalBM25) else None
+    if prefixes is None:  # no layer index to order terms by: order them within the pool
+      df: Counter = Counter()
+      for f in fs:
+        df.update(f.terms)
+      order = lambda t: (df[t], t)  # noqa: E731
+      pre = [tuple(sorted(f.terms, key=order)[: prefix_length(len(f.terms), threshold)]) for f in fs]
+    else:
+      pre = []
+      for i in pool:
+        got = prefixes.get(keys[i])
+        if got is None:
+          f, df = feats[i], lex._df
+          got = prefixes[keys[i]] = tuple(
+              sorted(f.terms, key=lambda t: (df[t], t))[: prefix_length(len(f.terms), threshold)]
+          )
+        pre.append(got)
+    jaccard = PrefixPool(pre)
+
+    def candidates(p: int) -> int:
+      return jaccard.candidates(p) | extra.get(p, 0)
+
+    return similarity, candidates
 
 
 def default_ranker(*, embedder: Optional[Embedder] = None, weights: Optional[RetrievalWeights] = None) -> HybridRanker:

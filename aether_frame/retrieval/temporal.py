@@ -201,6 +201,43 @@ def _position(m: re.Match[str]) -> int:
   return min(starts) if starts else m.start()
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+_MONTH_WORDS = frozenset(MONTHS)
+_NEEDS: dict[str, frozenset] = {
+    "ago": frozenset({"ago", "back", "earlier"}),
+    "last_n": frozenset({"last", "past", "previous"}),
+    "rel_unit": frozenset({"last", "this", "past", "previous"}),
+    "weekday": frozenset({"last"}),
+    "day_before_yesterday": frozenset({"yesterday"}),
+    "yesterday": frozenset({"yesterday"}),
+    "today": frozenset({"today", "tonight", "this"}),
+}
+"""Words a pattern cannot match without (month patterns need a month, ``iso`` and ``year``
+a four-digit number)."""
+
+
+def _possible(query: str) -> Optional[set[str]]:
+  """Pattern kinds that may match an ASCII ``query``, from its words (None: try all).
+
+  Every pattern starts its key words at a word boundary and ends them at one,
+  so in ASCII text each key word is a whole ``[a-z0-9]+`` word of the lower-cased
+  query; a pattern whose key words are all absent cannot match.
+  """
+  if not query.isascii():
+    return None
+  words = set(_WORD.findall(query.lower()))
+  out = {kind for kind, need in _NEEDS.items() if not need.isdisjoint(words)}
+  if not _MONTH_WORDS.isdisjoint(words):
+    out.update(("day_month", "month_day", "month_year", "month", "month_bare"))
+  years = [w for w in words if len(w) == 4 and w.isdigit()]
+  if years:
+    if "-" in query:
+      out.add("iso")
+    if any(w[:2] in ("19", "20") for w in years):
+      out.add("year")
+  return out
+
+
 def parse_time_range(query: str, now: Optional[float]) -> Optional[TimeRange]:
   """The period the query refers to, or None.
 
@@ -211,7 +248,10 @@ def parse_time_range(query: str, now: Optional[float]) -> Optional[TimeRange]:
   """
   ref = datetime.fromtimestamp(now, tz=timezone.utc).replace(tzinfo=None) if now is not None else None
   best: Optional[tuple[int, int, TimeRange]] = None
+  possible = _possible(query)
   for order, (kind, pattern) in enumerate(_PATTERNS):
+    if possible is not None and kind not in possible:
+      continue
     for m in pattern.finditer(query):
       pos = _position(m)
       if best is not None and (pos, order) >= best[:2]:
@@ -252,9 +292,63 @@ def is_when_question(query: str) -> bool:
   return bool(_WHEN.search(query))
 
 
+_TIME_PAIRS = re.compile(
+    r"\b(?:last\s+(?:night|week|weekend|month|year|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|summer|winter|spring|fall)|"
+    r"this\s+(?:morning|week|weekend|month|year|summer)|next\s+(?:week|month|year)|"
+    r"the\s+other\s+day|a\s+(?:few|couple\s+of)\s+(?:days|weeks|months))\b",
+    re.I,
+)
+"""The multi-word alternatives of ``_TIME_EXPR`` alone."""
+_DAYS = frozenset(WEEKDAYS)
+_TIME_WORDS = frozenset({"yesterday", "today", "tonight", "tomorrow", "ago", "weekend", "recently", "since"}) | _DAYS | frozenset(
+    m for m in MONTHS if len(m) > 3
+)
+_AFTER = {
+    "last": frozenset({"night", "week", "weekend", "month", "year", "summer", "winter", "spring", "fall"}) | _DAYS,
+    "this": frozenset({"morning", "week", "weekend", "month", "year", "summer"}),
+    "next": frozenset({"week", "month", "year"}),
+}
+
+
+def _may_state_time(words: set[str]) -> bool:
+  """False only if ``_TIME_EXPR`` cannot match: none of its words (or word pairs) occur."""
+  if not _TIME_WORDS.isdisjoint(words):
+    return True
+  for first, seconds in _AFTER.items():
+    if first in words and not seconds.isdisjoint(words):
+      return True
+  if "other" in words and "day" in words:
+    return True
+  if ("few" in words or "couple" in words) and not words.isdisjoint(("days", "weeks", "months")):
+    return True
+  return any(len(w) == 4 and w[:2] in ("19", "20") and w.isdigit() for w in words)
+
+
 def has_time_expression(text: str) -> bool:
   """States a time ("yesterday", "last week", "in 2022"): what answers a "when" question."""
-  return bool(_TIME_EXPR.search(text))
+  out = time_expression_from_words(text, set(_WORD.findall(text.lower())) if text.isascii() else None)
+  return bool(_TIME_EXPR.search(text)) if out is None else out
+
+
+def time_expression_from_words(text: str, words: Optional[set[str]]) -> Optional[bool]:
+  """``has_time_expression`` from the ``[a-z0-9]+`` words of ASCII ``text`` when they decide it.
+
+  Every alternative of the pattern is whole words between word boundaries:
+  without any of them it cannot match (False); one single-word alternative
+  (a month, "yesterday", a year) matches for sure when no ``_`` can join it to
+  a neighbouring word (True). Otherwise None: run the regex.
+  """
+  if words is None:
+    return None
+  if not _may_state_time(words):
+    return False
+  if "_" in text:
+    return None
+  if not _TIME_WORDS.isdisjoint(words) or any(len(w) == 4 and w[:2] in ("19", "20") and w.isdigit() for w in words):
+    return True
+  # No single-word alternative can match: only the word pairs ("last week") are left.
+  return bool(_TIME_PAIRS.search(text))
 
 
 def temporal_score(ts: Optional[float], span: Optional[TimeRange], margin_days: float) -> float:

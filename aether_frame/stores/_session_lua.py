@@ -20,17 +20,9 @@ Key layout (KEYS order is shared by the scripts):
 
 from __future__ import annotations
 
-_COMMON = r"""
-local function corrupt(key, detail)
-  error({err = 'AFCORRUPT ' .. key .. ' ' .. detail})
-end
+from ._lua_common import LUA_GUARDS
 
-local function expect(key, want)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= want then
-    corrupt(key, 'holds a Redis ' .. t .. ', expected a ' .. want)
-  end
-end
+_COMMON = LUA_GUARDS + r"""
 
 -- Reads an ARGV block `n k1 v1 ... kn vn` starting at pos.
 local function block(pos)

@@ -16,7 +16,7 @@ from collections import Counter, OrderedDict
 from typing import Any, Callable, Hashable, Optional
 
 from .modes import detect_mode
-from .temporal import TimeRange, has_time_expression, is_when_question, parse_time_range, time_expression_from_words
+from .temporal import RUN, TimeRange, has_time_expression, is_when_question, parse_time_range, time_expression_from_words
 from .text import _WORD, analyze
 from .weights import RetrievalWeights
 
@@ -92,7 +92,7 @@ def analyze_fast(text: str, lower: Optional[str] = None) -> list[str]:
 class DocFeatures:
   """Query-independent features of one index text: BM25 counts, term set, priors."""
 
-  __slots__ = ("tf", "length", "terms", "salience", "_text", "_time", "_sig", "_sorted")
+  __slots__ = ("tf", "length", "terms", "salience", "_text", "_time", "_sig")
 
   def __init__(self, text: str) -> None:
     lower = text.lower()
@@ -103,10 +103,9 @@ class DocFeatures:
     # Content-bearing turns state things; "haha, thanks!" does not.
     self.salience = rnd(min(1.0, len(self.terms) / 16.0))
     # Decided from the words when they suffice (most texts); the regex waits for first use.
-    self._time = time_expression_from_words(text, set(_WORDS.findall(lower)) if text.isascii() else None)
+    self._time = time_expression_from_words(text, set(RUN.findall(lower)) if text.isascii() else None)
     self._text: Optional[str] = text if self._time is None else None
     self._sig: Optional[tuple[int, int]] = None
-    self._sorted: Optional[list[tuple[str, int]]] = None
 
   @property
   def time_expr(self) -> bool:
@@ -125,13 +124,6 @@ class DocFeatures:
         mask |= 1 << (hash(t) % SIGNATURE_BITS)
       self._sig = (mask, len(self.terms) - mask.bit_count())
     return self._sig
-
-  @property
-  def sorted_tf(self) -> list[tuple[str, int]]:
-    """(term, count) by term: pseudo-relevance feedback walks terms in this order."""
-    if self._sorted is None:
-      self._sorted = sorted(self.tf.items())
-    return self._sorted
 
 
 class QueryInfo:

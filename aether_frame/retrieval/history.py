@@ -369,7 +369,7 @@ class _Search:
     for d, score in top:
       f = rows[d].f
       length = f.length
-      for term, c in f.sorted_tf:
+      for term, c in f.tf.items():  # any order: each term sums over the documents in rank order
         if term not in skip and len(post[term]) > 1:
           acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
     idf: dict[int, float] = {}

@@ -177,9 +177,9 @@ class IncrementalBM25:
     acc: dict[str, float] = {}
     for key, score in top:
       tf, length = self._active[key]
-      for term in sorted(tf):
+      for term, c in tf.items():  # any order: each term sums over the documents in rank order
         if term not in skip and self._df[term] > 1:
-          acc[term] = acc.get(term, 0.0) + (score / best) * tf[term] / max(1, length)
+          acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
     weighted = heaviest_terms([(t, v * self.idf(t)) for t, v in acc.items()], terms)
     if not weighted:
       return []
@@ -259,7 +259,7 @@ class SmallBM25:
     for key, score in top:
       f = self._docs[key]
       length = f.length
-      for term, c in f.sorted_tf:
+      for term, c in f.tf.items():  # any order: each term sums over the documents in rank order
         if term not in skip and df[term] > 1:
           acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
     weighted = heaviest_terms([(t, v * self.idf(t)) for t, v in acc.items()], terms)

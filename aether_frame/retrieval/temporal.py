@@ -327,27 +327,28 @@ def _may_state_time(words: set[str]) -> bool:
 
 def has_time_expression(text: str) -> bool:
   """States a time ("yesterday", "last week", "in 2022"): what answers a "when" question."""
-  out = time_expression_from_words(text, set(_WORD.findall(text.lower())) if text.isascii() else None)
+  out = time_expression_from_words(text, set(RUN.findall(text.lower())) if text.isascii() else None)
   return bool(_TIME_EXPR.search(text)) if out is None else out
 
 
-def time_expression_from_words(text: str, words: Optional[set[str]]) -> Optional[bool]:
-  """``has_time_expression`` from the ``[a-z0-9]+`` words of ASCII ``text`` when they decide it.
+RUN = re.compile(r"[a-z0-9_]+")
+"""Word runs (``\\w+`` of lower-cased ASCII text): what ``\\b...\\b`` alternatives match whole."""
+
+
+def time_expression_from_words(text: str, runs: Optional[set[str]]) -> Optional[bool]:
+  """``has_time_expression`` decided from the ``RUN`` words of ASCII ``text`` (None: not ASCII).
 
   Every alternative of the pattern is whole words between word boundaries:
-  without any of them it cannot match (False); one single-word alternative
-  (a month, "yesterday", a year) matches for sure when no ``_`` can join it to
-  a neighbouring word (True). Otherwise None: run the regex.
+  without any of its words it cannot match; a single-word alternative (a
+  month, "yesterday", a year) present as a whole run matches; otherwise only
+  the word pairs ("last week") can, and a much smaller regex decides.
   """
-  if words is None:
+  if runs is None:
     return None
-  if not _may_state_time(words):
+  if not _may_state_time(runs):
     return False
-  if "_" in text:
-    return None
-  if not _TIME_WORDS.isdisjoint(words) or any(len(w) == 4 and w[:2] in ("19", "20") and w.isdigit() for w in words):
+  if not _TIME_WORDS.isdisjoint(runs) or any(len(w) == 4 and w[:2] in ("19", "20") and w.isdigit() for w in runs):
     return True
-  # No single-word alternative can match: only the word pairs ("last week") are left.
   return bool(_TIME_PAIRS.search(text))
 
 

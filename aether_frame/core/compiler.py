@@ -246,7 +246,7 @@ class CompilerSession:
     query = user_request.text
 
     # RANK: hybrid ranker for evidence/memory; recall hits from history.
-    recall = self._recall(query, call.now)
+    recall = [] if self._history_fits(call, items, inflight) else self._recall(query, call.now)
     memory_all = by_layer[Layer.MEMORY] + recall
     ranked_evidence = rank_layer(by_layer[Layer.EVIDENCE], query=query, layer=Layer.EVIDENCE, ranker=self.ranker, now=call.now)
     ranked_memory = rank_layer(memory_all, query=query, layer=Layer.MEMORY, ranker=self.ranker, now=call.now)
@@ -424,6 +424,17 @@ class CompilerSession:
     """Evidence for checklist items is essential (select stage, seed 003)."""
     essential = [i for i in ranked if i.kind == "checklist_evidence"]
     return essential + [i for i in ranked if i.kind != "checklist_evidence"]
+
+  def _history_fits(self, call: CallInputs, items: list[Item], inflight: list[Item]) -> bool:
+    """True when no turn was trimmed before and everything fits now: every
+    recall hit would already be in the tail, so searching is wasted work."""
+    if call.tail_hint is not None and self._pos.get(call.tail_hint, 0) > 0:
+      return False
+    reserve = reserve_for(self.policy, call.window, call.max_output_tokens)
+    usable = math.floor((call.window - reserve) / call.token_scale) if call.window > reserve else 0
+    need = self._cum[-1] + sum(i.tokens for i in inflight) + sum(i.tokens for i in items)
+    # Generous slack for the payload frame, fences and BUDGET line.
+    return need + 512 <= usable * 0.9
 
   def _recall(self, query: str, now: Optional[float]) -> list[Item]:
     if self.history_index is None or not self.history or not query.strip():

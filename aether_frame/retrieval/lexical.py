@@ -169,22 +169,27 @@ class IncrementalBM25:
     ``sum(score/top * tf/len) * idf``; the ``terms`` heaviest not in ``exclude``
     come back with weights in (0, 1], heaviest first (ties by term).
     """
-    top = sorted(doc_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:docs]
-    if not top or top[0][1] <= 0.0:
-      return []
-    best = top[0][1]
-    skip = set(exclude)
-    acc: dict[str, float] = {}
-    for key, score in top:
-      tf, length = self._active[key]
-      for term, c in tf.items():  # any order: each term sums over the documents in rank order
-        if term not in skip and self._df[term] > 1:
-          acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
-    weighted = heaviest_terms([(t, v * self.idf(t)) for t, v in acc.items()], terms)
-    if not weighted:
-      return []
-    norm = weighted[0][1]
-    return [(t, v / norm) for t, v in weighted]
+    return _expansion(doc_scores, exclude, docs, terms, lambda key: self._active[key], self._df, self.idf)
+
+
+def _expansion(doc_scores, exclude, docs: int, terms: int, doc, df, idf) -> list[tuple[str, float]]:
+  """Shared RM3-like feedback: ``doc(key)`` gives (term counts, length)."""
+  top = sorted(doc_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:docs]
+  if not top or top[0][1] <= 0.0:
+    return []
+  best = top[0][1]
+  skip = set(exclude)
+  acc: dict[str, float] = {}
+  for key, score in top:
+    tf, length = doc(key)
+    for term, c in tf.items():  # any order: each term sums over the documents in rank order
+      if term not in skip and df[term] > 1:
+        acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
+  weighted = heaviest_terms([(t, v * idf(t)) for t, v in acc.items()], terms)
+  if not weighted:
+    return []
+  norm = weighted[0][1]
+  return [(t, v / norm) for t, v in weighted]
 
 
 class SmallBM25:
@@ -249,21 +254,9 @@ class SmallBM25:
       self, doc_scores: dict[DocKey, float], exclude: Iterable[str], *, docs: int, terms: int
   ) -> list[tuple[str, float]]:
     """As ``IncrementalBM25.expansion_terms``."""
-    top = sorted(doc_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:docs]
-    if not top or top[0][1] <= 0.0:
-      return []
-    best = top[0][1]
-    skip = set(exclude)
-    df = self._df
-    acc: dict[str, float] = {}
-    for key, score in top:
+
+    def doc(key):
       f = self._docs[key]
-      length = f.length
-      for term, c in f.tf.items():  # any order: each term sums over the documents in rank order
-        if term not in skip and df[term] > 1:
-          acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
-    weighted = heaviest_terms([(t, v * self.idf(t)) for t, v in acc.items()], terms)
-    if not weighted:
-      return []
-    norm = weighted[0][1]
-    return [(t, v / norm) for t, v in weighted]
+      return f.tf, f.length
+
+    return _expansion(doc_scores, exclude, docs, terms, doc, self._df, self.idf)

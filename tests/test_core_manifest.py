@@ -8,7 +8,7 @@ import json
 import pytest
 
 from aether_frame.core import manifest as manifest_doc
-from aether_frame.core.canonical import digest, sha256_hex
+from aether_frame.core.canonical import digest, sequence_digest, sha256_hex
 from aether_frame.core.compiler import CallInputs, CompileInput, compile_pack
 from aether_frame.core.items import Item, Layer, Provenance
 from aether_frame.core.policy import PackPolicy
@@ -80,7 +80,8 @@ def test_payload_and_output_hashes_match_the_output():
   pack = _pack()
   m = pack.manifest
   assert m["payload_sha256"] == "sha256:" + sha256_hex(pack.payload)
-  assert m["output_sha256"] == digest({"payload": pack.payload, "conversation": pack.conversation_ids, "tools": ["tool:search"]})
+  conversation = sequence_digest(pack.conversation_ids)
+  assert m["output_sha256"] == digest({"payload": pack.payload, "conversation": conversation, "tools": ["tool:search"]})
 
 
 def test_input_hash_tracks_inputs_but_not_run_metadata():

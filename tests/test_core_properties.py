@@ -120,12 +120,17 @@ def test_warm_incremental_session_equals_stateless_compile(inp, use_ranker, data
   ranking = _ranking(use_ranker)
   session = CompilerSession(inp.policy, COUNTER, **ranking)
   checkpoints = data.draw(st.sets(st.integers(0, len(inp.history)), max_size=2), label="checkpoints")
+  rewind = data.draw(st.integers(0, 3), label="rewind")
   for i, group in enumerate(inp.history):
     if i in checkpoints:
       try:  # an intermediate compile must leave no trace in the session
         session.compile(inp.call)
       except ContextBudgetExhausted:
         pass
+      if rewind:  # nor must truncating and re-adding the last groups (the plugin re-groups)
+        back = max(0, i - rewind)
+        session.truncate_history(back)
+        session.extend_history(inp.history[back:i])
     session.extend_history([group])
   try:
     warm = session.compile(inp.call)

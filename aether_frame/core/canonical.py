@@ -23,3 +23,19 @@ def sha256_hex(data: str | bytes) -> str:
 def digest(value: Any) -> str:
   """sha256 of the canonical JSON of ``value``, prefixed like manifest checksums."""
   return "sha256:" + sha256_hex(canonical_json(value))
+
+
+def chain_step(head: str, value: str) -> str:
+  """One link of a running hash over an ordered list of strings."""
+  return sha256_hex(head + "\x1f" + value)
+
+
+def sequence_digest(values: list[str], head: str = "") -> str:
+  """Hash of an ordered id list as a running chain.
+
+  A chain (rather than the canonical JSON of the list) lets a list that only
+  grows at its end, like a conversation tail, be re-hashed in O(1) per call.
+  """
+  for value in values:
+    head = chain_step(head, value)
+  return "sha256:" + sha256_hex(head)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import render
 from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
-from .canonical import canonical_json, digest, sha256_hex
+from .canonical import canonical_json, chain_step, digest, sha256_hex
 from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts
 from .items import Item, Layer
@@ -143,6 +143,11 @@ class CompilerSession:
     self._chain: list[str] = [""]
     self._pos: dict[str, int] = {}
     self._pinned: list[int] = []
+    self._ids: list[str] = []
+    # Running hash of the kept conversation ids (see ``_conversation_digest``):
+    # the chain head before ``_kept_from`` and one link per kept group after it.
+    self._kept_key: Optional[tuple[int, str]] = None
+    self._kept_links: list[str] = []
 
   # ----------------------------------------------------------------- collect
   def _group_tokens(self, item: Item) -> int:
@@ -156,6 +161,8 @@ class CompilerSession:
     self._chain = [""]
     self._pos.clear()
     self._pinned.clear()
+    self._ids.clear()
+    self._kept_key, self._kept_links = None, []
     if self.history_index is not None:
       self.history_index.truncate(0)
 
@@ -172,6 +179,7 @@ class CompilerSession:
       pos = len(self.history)
       self.history.append(group)
       self._pos[group.id] = pos
+      self._ids.append(group.id)
       self._cum.append(self._cum[-1] + group.tokens)
       self._chain.append(sha256_hex(self._chain[-1] + _item_digest(group)))
       if group.pinned:
@@ -189,12 +197,35 @@ class CompilerSession:
     del self.history[n:]
     del self._cum[n + 1:]
     del self._chain[n + 1:]
+    del self._ids[n:]
     self._pinned = [p for p in self._pinned if p < n]
+    if self._kept_key is not None:
+      start = self._kept_key[0]
+      if n < start:
+        self._kept_key, self._kept_links = None, []
+      else:
+        del self._kept_links[n - start + 1:]
     if self.history_index is not None:
       self.history_index.truncate(n)
 
   def history_ids(self) -> list[str]:
-    return [g.id for g in self.history]
+    return list(self._ids)
+
+  def _conversation_digest(self, pinned_ids: list[str], tail_start: int) -> str:
+    """``sequence_digest(pinned_ids + ids[tail_start:])``, kept incrementally.
+
+    The tail start moves only on a chunked trim, so between trims each call
+    adds one link instead of re-hashing thousands of ids.
+    """
+    head = ""
+    for gid in pinned_ids:
+      head = chain_step(head, gid)
+    if self._kept_key != (tail_start, head):
+      self._kept_key, self._kept_links = (tail_start, head), [head]
+    links = self._kept_links
+    for pos in range(tail_start + len(links) - 1, len(self._ids)):
+      links.append(chain_step(links[-1], self._ids[pos]))
+    return "sha256:" + sha256_hex(links[len(self._ids) - tail_start])
 
   # ------------------------------------------------------------------ compile
   def compile(self, call: CallInputs) -> CompiledPack:
@@ -364,12 +395,12 @@ class CompilerSession:
       )
 
     problems = self._required(by_layer, call.has_plan)
-    kept_ids = [g.id for g in self.history[tail_start:]]
-    pinned_ids = [self.history[p].id for p in self._pinned if p < tail_start]
-    conversation_ids = pinned_ids + kept_ids  # pinned before the cut precede it; both ascending
+    pinned_ids = [self._ids[p] for p in self._pinned if p < tail_start]
+    conversation_ids = pinned_ids + self._ids[tail_start:]  # pinned before the cut precede it; both ascending
     manifest = self._manifest(
         call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
-        input_sha, payload, conversation_ids, tail_start, totals, problems,
+        input_sha, payload, self._conversation_digest(pinned_ids, tail_start), len(conversation_ids),
+        tail_start, totals, problems,
     )
     minimal = render.render_payload(
         task=[i for i in by_layer[Layer.TASK] if i.kind != "user_request"], tools=tools, evidence=[], memory=[],
@@ -703,7 +734,7 @@ class CompilerSession:
     return problems
 
   def _manifest(self, call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
-                input_sha, payload, conversation_ids, tail_start, totals, problems) -> dict[str, Any]:
+                input_sha, payload, conversation_sha, kept, tail_start, totals, problems) -> dict[str, Any]:
     layers = {}
     for name in ("system", "task", "tools", "evidence", "memory", "conversation"):
       layers[name] = {
@@ -748,11 +779,12 @@ class CompilerSession:
         i.provenance.source for i in items
         if i.layer is Layer.EVIDENCE and i.provenance.source and i.provenance.source.startswith("artifact://")
     })
-    output = {"payload": payload, "conversation": conversation_ids, "tools": [i.id for i in items if i.layer is Layer.TOOLS]}
+    # The kept conversation enters both hashes as its id chain (sequence_digest).
+    output = {"payload": payload, "conversation": conversation_sha, "tools": [i.id for i in items if i.layer is Layer.TOOLS]}
     prefix = {
         "system": [i.text for i in items if i.layer is Layer.SYSTEM],
         "tools": [i.text for i in items if i.layer is Layer.TOOLS],
-        "conversation": conversation_ids,
+        "conversation": conversation_sha,
     }
     return {
         "schema": MANIFEST_SCHEMA,
@@ -779,7 +811,7 @@ class CompilerSession:
             "history_len": len(self.history),
             "start": tail_start,
             "start_id": self.history[tail_start].id if tail_start < len(self.history) else None,
-            "kept": len(conversation_ids),
+            "kept": kept,
             "inflight_ids": [i.id for i in inflight],
         },
         "items": rows + pinned_rows,

@@ -79,3 +79,40 @@ def test_payload_and_manifest_bytes_identical_across_hash_seeds():
     assert one["payload"] == two["payload"]
     assert one["manifest"] == two["manifest"]
     manifest_doc.verify(json.loads(one["manifest"]))
+
+
+# --- byte-identical fast paths -------------------------------------------------
+from hypothesis import given, strategies as st  # noqa: E402
+
+from aether_frame.core.canonical import canonical_json, canonical_parts_json, sequence_digest, sha256_hex  # noqa: E402
+from aether_frame.core.costing import count_parts, count_parts_many  # noqa: E402
+from aether_frame.tokenizers import get_counter  # noqa: E402
+
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(), st.text(), st.floats(allow_nan=False, allow_infinity=False))
+_part = st.one_of(
+    st.fixed_dictionaries({"text": st.text()}),  # the fast path
+    st.dictionaries(st.sampled_from(["text", "thought", "function_call", "x"]), _json_leaf, max_size=3),
+    st.builds(lambda t: {"text": t, "thought": True}, st.text()),
+)
+
+
+@given(parts=st.lists(_part, max_size=5))
+def test_canonical_parts_json_is_byte_identical_to_canonical_json(parts):
+  assert canonical_parts_json(parts) == canonical_json(parts)
+
+
+@given(ids=st.lists(st.text(min_size=1, max_size=8), max_size=8), cut=st.integers(0, 8))
+def test_sequence_digest_resumes_from_a_chain_head(ids, cut):
+  from aether_frame.core.canonical import chain_step
+
+  head = ""
+  for gid in ids[:cut]:
+    head = chain_step(head, gid)
+  assert sequence_digest(ids[cut:], head) == sequence_digest(ids)
+  assert sequence_digest(ids).startswith("sha256:") and len(sha256_hex("")) == 64
+
+
+@given(lists=st.lists(st.lists(st.fixed_dictionaries({"text": st.text(max_size=40)}), max_size=3), max_size=6))
+def test_batched_part_costing_equals_one_list_at_a_time(lists):
+  counter = get_counter("o200k_base")
+  assert count_parts_many(lists, counter) == [count_parts(p, counter) for p in lists]

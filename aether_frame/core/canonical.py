@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring as _json_string
 from typing import Any
 
 
@@ -12,6 +13,24 @@ def canonical_json(value: Any) -> str:
   return json.dumps(
       value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
   )
+
+
+def canonical_parts_json(parts: Any) -> str:
+  """``canonical_json(parts)`` for a list of Part dicts, byte-identical.
+
+  The common part, ``{"text": str}``, is written directly with the same C
+  string encoder ``json.dumps(ensure_ascii=False)`` uses: every history
+  group is hashed this way, and the general encoder is 3x slower.
+  """
+  if not isinstance(parts, (list, tuple)):
+    return canonical_json(parts)
+  pieces = []
+  for part in parts:
+    if type(part) is dict and len(part) == 1 and type(part.get("text")) is str:
+      pieces.append('{"text":' + _json_string(part["text"]) + "}")
+    else:
+      pieces.append(canonical_json(part))
+  return "[" + ",".join(pieces) + "]"
 
 
 def sha256_hex(data: str | bytes) -> str:

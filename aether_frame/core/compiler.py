@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import render
 from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
-from .canonical import canonical_json, chain_step, digest, sha256_hex
+from .canonical import canonical_json, canonical_parts_json, chain_step, digest, sha256_hex
 from .compress import extractive_summary, split_sentences, trim_tool_examples
-from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts
+from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
 from .items import Item, Layer
 from .policy import OverflowPolicy, PackPolicy
 from .rank import HistoryIndex, Ranker, rank_layer
@@ -116,7 +116,7 @@ def _digest(item: Item) -> str:
       repr(float(item.score)), "1" if item.pinned else "0", p.source or "",
       "" if p.timestamp is None else repr(float(p.timestamp)), p.author or "",
   ))
-  tail = canonical_json(item.parts) if item.parts is not None else "-"
+  tail = canonical_parts_json(item.parts) if item.parts is not None else "-"
   meta = canonical_json(item.meta) if item.meta else "{}"
   return sha256_hex(head + "\x1e" + item.text + "\x1e" + tail + "\x1e" + meta)
 
@@ -151,9 +151,19 @@ class CompilerSession:
 
   # ----------------------------------------------------------------- collect
   def _group_tokens(self, item: Item) -> int:
-    if item.parts is not None:
-      return MESSAGE_OVERHEAD + count_parts(item.parts, self.counter)
-    return MESSAGE_OVERHEAD + self.counter.count(item.text)
+    return self._group_tokens_many([item])[0]
+
+  def _group_tokens_many(self, items: Sequence[Item]) -> list[int]:
+    """Tokens of whole messages, counted in two batched passes (parts, plain text)."""
+    with_parts = [i for i, it in enumerate(items) if it.parts is not None]
+    plain = [i for i, it in enumerate(items) if it.parts is None]
+    out = [0] * len(items)
+    for i, n in zip(with_parts, count_parts_many([items[i].parts for i in with_parts], self.counter)):
+      out[i] = MESSAGE_OVERHEAD + n
+    if plain:
+      for i, n in zip(plain, self.counter.count_many([items[i].text for i in plain])):
+        out[i] = MESSAGE_OVERHEAD + n
+    return out
 
   def reset_history(self) -> None:
     self.history.clear()
@@ -168,14 +178,20 @@ class CompilerSession:
 
   def extend_history(self, groups: Sequence[Item]) -> None:
     """Appends conversation groups (chronological). O(len(groups))."""
+    groups = list(groups)
     added: list[Item] = []
-    for group in groups:
+    fresh: set[str] = set()
+    for group in groups:  # validate all first: a bad batch leaves the session as it was
       if group.layer is not Layer.CONVERSATION:
         raise ValueError(f"history item {group.id!r} is in layer {group.layer.value}, expected conversation")
-      if group.id in self._pos:
+      if group.id in self._pos or group.id in fresh:
         raise ValueError(f"duplicate history id {group.id!r}")
+      fresh.add(group.id)
+    uncounted = [g for g in groups if g.tokens is None]
+    counted = dict(zip((g.id for g in uncounted), self._group_tokens_many(uncounted)))
+    for group in groups:
       if group.tokens is None:
-        group = group.model_copy(update={"tokens": self._group_tokens(group)})
+        group = group.model_copy(update={"tokens": counted[group.id]})
       pos = len(self.history)
       self.history.append(group)
       self._pos[group.id] = pos

@@ -378,15 +378,28 @@ def count_part(part: Mapping[str, Any], counter: TokenCounter) -> int:
 
 def count_parts(parts: Iterable[Mapping[str, Any]] | None, counter: TokenCounter) -> int:
   """Tokens of a list of Part dicts, with one ``count_many`` call for all texts."""
+  return count_parts_many([parts], counter)[0]
+
+
+def count_parts_many(
+    part_lists: Sequence[Iterable[Mapping[str, Any]] | None], counter: TokenCounter
+) -> list[int]:
+  """Tokens of many Part lists with a single ``count_many`` call.
+
+  A cold history of thousands of events is costed in one pass over the
+  counter's cache instead of one call per event.
+  """
   texts: list[str] = []
-  fixed = 0
-  for part in parts or ():
-    t, f = part_texts_and_fixed(part)
-    texts.extend(t)
-    fixed += f
-  if not texts:
-    return fixed
-  return fixed + sum(counter.count_many(texts))
+  spans: list[tuple[int, int, int]] = []
+  for parts in part_lists:
+    start, fixed = len(texts), 0
+    for part in parts or ():
+      t, f = part_texts_and_fixed(part)
+      texts.extend(t)
+      fixed += f
+    spans.append((start, len(texts), fixed))
+  counts = counter.count_many(texts) if texts else []
+  return [fixed + sum(counts[a:b]) for a, b, fixed in spans]
 
 
 def count_content(content: Mapping[str, Any], counter: TokenCounter) -> int:

@@ -116,3 +116,29 @@ def test_sequence_digest_resumes_from_a_chain_head(ids, cut):
 def test_batched_part_costing_equals_one_list_at_a_time(lists):
   counter = get_counter("o200k_base")
   assert count_parts_many(lists, counter) == [count_parts(p, counter) for p in lists]
+
+
+def test_call_items_equal_as_keys_but_not_as_json_are_not_conflated():
+  """-0.0 == 0.0 and 1 == True as dict keys; the per-session memo must not mix them up."""
+  from aether_frame.core import compiler as compiler_module
+  from aether_frame.core.compiler import CallInputs, CompilerSession
+  from aether_frame.core.items import Item, Layer, Provenance
+  from aether_frame.core.policy import PackPolicy
+
+  counter = get_counter("o200k_base")
+
+  def call(score, meta):
+    return CallInputs(window=8000, items=[
+        Item(id="r", layer=Layer.TASK, kind="user_request", text="hi"),
+        Item(id="e", layer=Layer.EVIDENCE, text="fact", score=score, meta=meta,
+             provenance=Provenance(source="artifact://a", timestamp=score)),
+    ])
+
+  for first, second in (((0.0, {}), (-0.0, {})), ((1.0, {"n": 1}), (1.0, {"n": True}))):
+    warm = CompilerSession(PackPolicy(), counter)
+    warm.compile(call(*first))
+    compiler_module._DIGEST_MEMO.clear()  # as in a fresh process
+    fresh = CompilerSession(PackPolicy(), counter).compile(call(*second))
+    again = warm.compile(call(*second))
+    assert canonical_json(again.manifest) == canonical_json(fresh.manifest)
+    assert again.payload == fresh.payload

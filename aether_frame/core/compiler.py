@@ -86,15 +86,39 @@ class CompiledPack:
 
 _DIGEST_MEMO: dict[tuple, str] = {}
 _DIGEST_MEMO_MAX = 16384
+_CALL_MEMO_MAX = 4096
+
+
+def _fast_key(item: Item) -> Optional[tuple]:
+  """A hashable key equal for equal items, or None when there is no cheap one.
+
+  Only plain values enter it (meta values must be str or None), so items
+  that differ in their canonical JSON never share a key (``1 == True``).
+  """
+  if item.parts is not None:
+    return None
+  p = item.provenance
+  if _negative_zero(item.score) or (p.timestamp is not None and _negative_zero(p.timestamp)):
+    return None  # -0.0 == 0.0 as a key, but not in JSON
+  meta: tuple = ()
+  if item.meta:
+    if any(type(v) is not str and v is not None for v in item.meta.values()):
+      return None
+    meta = tuple(sorted(item.meta.items()))
+  return (item.id, item.layer, item.kind, item.role, item.trust, item.priority, item.score, item.pinned,
+          p.source, p.timestamp, p.author, item.text, meta, item.tokens)
+
+
+def _negative_zero(x: float) -> bool:
+  return x == 0.0 and math.copysign(1.0, x) < 0
 
 
 def _item_digest(item: Item) -> str:
   """Memoised ``_digest``: call items repeat from call to call within a session."""
-  if item.parts is not None or item.meta:
-    return _digest(item)  # free-form fields: no cheap key
-  p = item.provenance
-  key = (item.id, item.layer, item.kind, item.role, item.trust, item.priority, item.score, item.pinned,
-         p.source, p.timestamp, p.author, item.text)
+  key = _fast_key(item)
+  if key is None:
+    return _digest(item)
+  key = key[:-1]  # the digest leaves out the token count
   d = _DIGEST_MEMO.get(key)
   if d is None:
     if len(_DIGEST_MEMO) >= _DIGEST_MEMO_MAX:
@@ -143,6 +167,8 @@ class CompilerSession:
     self._chain: list[str] = [""]
     self._pos: dict[str, int] = {}
     self._pinned: list[int] = []
+    self._call_memo: dict[tuple, tuple[Item, str]] = {}
+    """Call item → (costed copy, digest); the plugin rebuilds equal items every call."""
     self._ids: list[str] = []
     # Running hash of the kept conversation ids (see ``_conversation_digest``):
     # the chain head before ``_kept_from`` and one link per kept group after it.
@@ -259,7 +285,7 @@ class CompilerSession:
       if it.id in seen_ids or it.id in self._pos:
         raise ValueError(f"duplicate item id {it.id!r}")
       seen_ids.add(it.id)
-    items = self._costed(items)
+    items, item_digests = self._costed_call_items(items)
     inflight = [
         i if i.tokens is not None else i.model_copy(update={"tokens": self._group_tokens(i), "pinned": True})
         for i in call.inflight
@@ -268,7 +294,6 @@ class CompilerSession:
     # The fence depends on the payload's own inputs only, so the payload stays
     # byte-identical across the tool steps of one invocation; content cannot
     # predict it because the content is part of what is hashed.
-    item_digests = [_item_digest(i) for i in items]
     fence = render.fence_token(digest([self._policy_hash, item_digests]))
     input_sha = self._input_hash(call, item_digests, inflight)
 
@@ -436,6 +461,28 @@ class CompilerSession:
     )
 
   # ---------------------------------------------------------------- helpers
+  def _costed_call_items(self, items: list[Item]) -> tuple[list[Item], list[str]]:
+    """Costs call items and digests them, reusing both for items seen before."""
+    memo = self._call_memo
+    out: list[Optional[Item]] = [None] * len(items)
+    digests: list[str] = [""] * len(items)
+    keys = [_fast_key(it) for it in items]
+    miss = []
+    for i, key in enumerate(keys):
+      hit = memo.get(key) if key is not None else None
+      if hit is None:
+        miss.append(i)
+      else:
+        out[i], digests[i] = hit
+    if miss:
+      if len(memo) + len(miss) > _CALL_MEMO_MAX:
+        memo.clear()
+      for i, item in zip(miss, self._costed([items[i] for i in miss])):
+        out[i], digests[i] = item, _item_digest(item)
+        if keys[i] is not None:
+          memo[keys[i]] = (item, digests[i])
+    return out, digests  # type: ignore[return-value]
+
   def _costed(self, items: list[Item]) -> list[Item]:
     need = [i for i, it in enumerate(items) if it.tokens is None]
     lines = []

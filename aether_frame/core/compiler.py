@@ -168,6 +168,7 @@ class CompilerSession:
     self._pos: dict[str, int] = {}
     self._pinned: list[int] = []
     self._call_memo: dict[tuple, tuple[Item, str]] = {}
+    self._recall_tokens: dict[tuple[int, str], int] = {}
     """Call item → (costed copy, digest); the plugin rebuilds equal items every call."""
     self._ids: list[str] = []
     # Running hash of the kept conversation ids (see ``_conversation_digest``):
@@ -540,9 +541,16 @@ class CompilerSession:
       out.append(Item(
           id=f"recall:{group.id}", layer=Layer.MEMORY, kind="recall", text=group.text,
           score=round(score, 6), provenance=group.provenance, trust=group.trust,
-          meta={"group_id": group.id, "explain": explain},
+          meta={"group_id": group.id, "explain": explain}, tokens=self._recall_tokens.get((pos, self._chain[pos + 1])),
       ))
-    return self._costed(out)
+    out = self._costed(out)
+    if len(self._recall_tokens) > _CALL_MEMO_MAX:
+      self._recall_tokens.clear()
+    for (pos, _, _), item in zip(hits, out):
+      # A recall line's cost depends on the group alone (not on score or
+      # explanation); the chain value pins the group's content at ``pos``.
+      self._recall_tokens[(pos, self._chain[pos + 1])] = item.tokens
+    return out
 
   def _skeleton_tokens(self, by_layer: dict[Layer, list[Item]], user_request: Item, fence: str) -> int:
     """The payload with every data section empty: headers, TOOLS and the request.

@@ -140,6 +140,11 @@ async def test_long_session_fits_a_small_window_and_trims_the_tail_in_chunks():
     assert INTERPRETATION_CONTRACT in req.config.system_instruction
   originals = [count_request(r.contents, r.config, COUNTER) for r in recorder.requests]
   assert max(originals) > window, "the session must overflow the window without the plugin"
+  # The plugin's own count (kept history costed once, at sync) equals a full recount of what was sent.
+  docs = await _manifests(runner, session.id)
+  assert [d["runtime"]["request_tokens_estimate"] for d in docs] == [
+      count_request(r.contents, r.config, COUNTER) for r in received
+  ]
 
   # Chunked trimming: most calls keep the previous call's history as their prefix.
   kept, trims = 0, []

@@ -273,11 +273,13 @@ class ContextPackPlugin(BasePlugin):
 
     # REWRITE: build everything first, assign last, so a fault leaves the request untouched.
     history = contents[:anchor]
-    by_id = {g.id: g for g in cache.compiler.history}
     kept: list[types.Content] = []
+    kept_tokens = 0
     for gid in pack.conversation_ids:
-      s, e = by_id[gid].meta["span"]
+      group = cache.compiler.history_group(gid)
+      s, e = group.meta["span"]
       kept.extend(history[s:e])
+      kept_tokens += group.tokens  # costed from these very contents when synced
     payload_msg = types.Content(role="user", parts=[types.Part(text=pack.payload), *non_text])
     new_contents = kept + [payload_msg] + inflight_contents
     new_config = llm_request.config.model_copy(deep=False)
@@ -287,7 +289,8 @@ class ContextPackPlugin(BasePlugin):
       new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
 
     guard = check_request(
-        new_contents, new_config, self.counter, usable=pack.manifest["usable"], pending=pending_calls(contents)
+        new_contents, new_config, self.counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
+        counted=(len(kept), kept_tokens),
     )
     fallback = None
     if not guard.ok:
@@ -296,7 +299,7 @@ class ContextPackPlugin(BasePlugin):
       new_contents = [minimal_msg] + inflight_contents
       self._log_once("guard:" + guard.problems[0], logging.WARNING,
                      "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
-    estimate = count_request(new_contents, new_config, self.counter)
+    estimate = guard.tokens if fallback is None else count_request(new_contents, new_config, self.counter)
 
     llm_request.contents = new_contents
     llm_request.config = new_config

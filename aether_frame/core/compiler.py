@@ -254,6 +254,10 @@ class CompilerSession:
   def history_ids(self) -> list[str]:
     return list(self._ids)
 
+  def history_group(self, group_id: str) -> Item:
+    """The costed history group with this id (KeyError if unknown)."""
+    return self.history[self._pos[group_id]]
+
   def _conversation_digest(self, pinned_ids: list[str], tail_start: int) -> str:
     """``sequence_digest(pinned_ids + ids[tail_start:])``, kept incrementally.
 

@@ -179,20 +179,17 @@ def pair_candidates(feats: list, threshold: float) -> list[int]:
   Every pair passes the size and signature tests of ``near_duplicate_features``
   (cheap integer work, no set intersections); only the survivors can exceed
   the threshold. All zeros, the usual case, means MMR has nothing to penalise.
+  Visited smallest first, so each set stops at the first partner too large
+  for the size test (the ratio only falls from there).
   """
-  n = len(feats)
-  out = [0] * n
-  sizes = [len(f.terms) for f in feats]
-  sigs = [f.signature for f in feats]
-  for a in range(n):
-    la = sizes[a]
-    if not la:
-      continue
+  out = [0] * len(feats)
+  by_size = sorted((len(f.terms), i) for i, f in enumerate(feats) if f.terms)
+  sigs = {i: feats[i].signature for _, i in by_size}
+  for x, (la, a) in enumerate(by_size):
     ma, ca = sigs[a]
-    for b in range(a + 1, n):
-      lb = sizes[b]
-      if not lb or (la / lb if la < lb else lb / la) <= threshold:
-        continue
+    for lb, b in by_size[x + 1 :]:
+      if la / lb <= threshold:
+        break
       mb, cb = sigs[b]
       bound = min((ma & mb).bit_count() + min(ca, cb), la, lb)
       if bound / (la + lb - bound) > threshold:

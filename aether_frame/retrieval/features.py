@@ -16,8 +16,8 @@ from collections import Counter, OrderedDict
 from typing import Any, Callable, Hashable, Optional
 
 from .modes import detect_mode
-from .temporal import RUN, TimeRange, has_time_expression, is_when_question, parse_time_range, time_expression_from_words
-from .text import _WORD, analyze
+from .temporal import TimeRange, has_time_expression, is_when_question, parse_time_range
+from .text import analyze, words
 from .weights import RetrievalWeights
 
 ND = 6
@@ -64,54 +64,75 @@ class LRU:
 
 SIGNATURE_BITS = 1024
 
-_TERMS: dict[str, Optional[str]] = {}
-_NONE = object()
+
+class _TermMemo(dict):
+  """Word (``str`` or ASCII ``bytes``, see ``text.words``) -> its ``analyze`` term, or None."""
+
+  def __missing__(self, word):
+    if len(self) > 200_000:
+      self.clear()
+    found = analyze(word.decode() if isinstance(word, bytes) else word)
+    term = self[word] = found[0] if found else None
+    return term
 
 
-def analyze_fast(text: str, lower: Optional[str] = None) -> list[str]:
+_TERMS = _TermMemo()
+
+
+def analyze_fast(text: str) -> list[str]:
   """``text.analyze`` with a per-word memo: the same terms, without re-stemming every word.
 
   ``analyze`` treats each regex match on its own (split at the apostrophe,
   stop word, suffixes, final "e"), so running it on the match alone and
-  remembering the answer gives the identical list.
+  remembering the answer gives the identical list; looking the words up with
+  ``map`` keeps the per-word work in C.
   """
-  memo = _TERMS
-  out = []
-  for match in _WORD.findall(text.lower() if lower is None else lower):
-    term = memo.get(match, _NONE)
-    if term is _NONE:
-      if len(memo) > 200_000:
-        memo.clear()
-      found = analyze(match)
-      term = memo[match] = found[0] if found else None
-    if term is not None:
-      out.append(term)
-  return out
+  return list(filter(None, map(_TERMS.__getitem__, words(text))))
 
 
 class DocFeatures:
-  """Query-independent features of one index text: BM25 counts, term set, priors."""
+  """Query-independent features of one index text: BM25 counts, term set, priors.
 
-  __slots__ = ("tf", "length", "terms", "salience", "_text", "_time", "_sig")
+  Only the counts are computed up front: a recall index analyses every turn of
+  a long history, and reads the term set, salience and time expression of a
+  few candidates per search.
+  """
+
+  __slots__ = ("tf", "length", "_terms", "_salience", "_text", "_time", "_sig")
 
   def __init__(self, text: str) -> None:
-    lower = text.lower()
-    terms = analyze_fast(text, lower)
-    self.tf: Counter = Counter(terms)
-    self.length = len(terms)
-    self.terms = frozenset(self.tf)
-    # Content-bearing turns state things; "haha, thanks!" does not.
-    self.salience = rnd(min(1.0, len(self.terms) / 16.0))
-    # Decided from the words when they suffice (most texts); the regex waits for first use.
-    self._time = time_expression_from_words(text, set(RUN.findall(lower)) if text.isascii() else None)
-    self._text: Optional[str] = text if self._time is None else None
+    found = words(text)
+    tf = Counter(map(_TERMS.__getitem__, found))  # stop words count under None
+    self.length = len(found) - tf.pop(None, 0)
+    self.tf = tf
+    self._terms: Optional[frozenset] = None
+    self._salience: Optional[float] = None
+    self._text = text
+    self._time: Optional[bool] = None
     self._sig: Optional[tuple[int, int]] = None
+
+  @property
+  def terms(self) -> frozenset:
+    if self._terms is None:
+      self._terms = frozenset(self.tf)
+    return self._terms
+
+  @terms.setter
+  def terms(self, value: frozenset) -> None:
+    self._terms = value
+
+  @property
+  def salience(self) -> float:
+    """Content-bearing turns state things; "haha, thanks!" does not."""
+    if self._salience is None:
+      self._salience = rnd(min(1.0, len(self.terms) / 16.0))
+    return self._salience
 
   @property
   def time_expr(self) -> bool:
     """The text states a time; only "when" questions ask, so it is found on first use."""
     if self._time is None:
-      self._time = has_time_expression(self._text or "")
+      self._time = has_time_expression(self._text)
       self._text = None
     return self._time
 
@@ -135,7 +156,7 @@ class QueryInfo:
     self.text = query
     self.lower = query.lower()
     self.words = frozenset(_WORDS.findall(self.lower))
-    self.mode = detect_mode(query)
+    self.mode = detect_mode(query, self.words)
     self.ew = weights.for_mode(self.mode)
     self.profile = weights.modes.get(self.mode)
     self.qterms: list[str] = list(dict.fromkeys(analyze_fast(query)))

@@ -37,8 +37,8 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from itertools import islice
 from collections import Counter
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from aether_frame.core.items import Item
@@ -46,7 +46,7 @@ from aether_frame.core.items import Item
 from .decay import freshness as decay_freshness
 from .dedup import near_duplicate
 from .features import CONVERSATIONAL_KINDS, ND, DocFeatures, QueryInfo, num, rnd
-from .lexical import heaviest_terms
+from .lexical import feedback_terms, lucene_idf
 from .mmr import mmr_lazy
 from .temporal import DAY, temporal_score
 from .text import content_hash
@@ -98,7 +98,7 @@ class RecallIndex:
     self._post: dict[str, dict[int, int]] = {}
     self._dl: list[int] = []
     self._total = 0
-    self._keys: Counter = Counter()
+    self._keys: dict[tuple[str, str], int] = {}
     self._dup_keys = 0
     self._times: list[tuple[float, int]] = []
     """(timestamp, position), sorted: the newest time and period look-ups."""
@@ -124,42 +124,50 @@ class RecallIndex:
   # -- maintenance ------------------------------------------------------------
 
   def add(self, items: Sequence[Item]) -> None:
+    """Analyses and indexes ``items`` (the ranker's analysis cache keeps them for recall copies)."""
+    rows, groups = self._rows, self._items
+    groups.extend(items)
     ranker = self._ranker
-    for item in items:
-      pos = len(self._rows)
-      text = ranker._index_text(item)
+    index_text, features = ranker._index_text, ranker.features
+    post = self._post
+    dls, keys, times, tpos, tl = self._dl, self._keys, self._times, self._tpos, self._tl
+    for pos in range(len(rows), len(groups)):
+      item = groups[pos]
+      text = index_text(item)
       h = content_hash(text)
-      row = _Row(item, (item.id, h), ranker.features(text, h), pos)
-      self._items.append(item)
-      self._rows.append(row)
-      for term, count in row.f.tf.items():
-        posting = self._post.get(term)
+      f = features(text, h)
+      row = _Row(item, (item.id, h), f, pos)
+      rows.append(row)
+      tf = f.tf
+      for term, count in tf.items():
+        posting = post.get(term)
         if posting is None:
-          self._post[term] = {pos: count}
+          post[term] = {pos: count}
         else:
           posting[pos] = count
-      self._dl.append(row.f.length)
-      self._total += row.f.length
-      self._keys[row.key] += 1
-      if self._keys[row.key] == 2:
+      dls.append(f.length)
+      self._total += f.length
+      seen = keys.get(row.key, 0) + 1
+      keys[row.key] = seen
+      if seen == 2:
         self._dup_keys += 1
-      if row.ts is not None:
-        if not self._times or self._times[-1] <= (row.ts, pos):
-          self._times.append((row.ts, pos))
+      ts = row.ts
+      if ts is not None:
+        if not times or times[-1] <= (ts, pos):
+          times.append((ts, pos))
         else:
-          insort(self._times, (row.ts, pos))
+          insort(times, (ts, pos))
       if row.author:
         self._authors[row.author] += 1
       if row.access > 0.0:
         self._access[row.access] += 1
       if row.kind == "working":
         self._working.append(pos)
-      self._tpos.append(-1)
+      tpos.append(-1)
       if row.conv:
-        tl = self._tl
-        if not self._stale_timeline and (not tl or self._rows[tl[-1]].tkey < row.tkey):
+        if not self._stale_timeline and (not tl or rows[tl[-1]].tkey < row.tkey):
           tl.append(pos)
-          self._tpos[pos] = len(tl) - 1
+          tpos[pos] = len(tl) - 1
           if len(tl) > 1:
             linked = self._linked(tl[-2], pos)
             self._link.append(linked)
@@ -275,7 +283,7 @@ class _Search:
   # -- BM25 -------------------------------------------------------------------
 
   def _idf(self, df: int) -> float:
-    return math.log(1.0 + (self.n - df + 0.5) / (df + 0.5))
+    return lucene_idf(self.n, df)
 
   def _terms(self, terms: Sequence[str], weights: Optional[Sequence[float]] = None) -> list[tuple[str, dict, float]]:
     post = self.ix._post
@@ -360,31 +368,24 @@ class _Search:
 
   def _expansion(self, top: list[tuple[int, float]]) -> list[tuple[str, float]]:
     """``IncrementalBM25.expansion_terms`` over this index."""
-    if top[0][1] <= 0.0:
-      return []
-    post, rows, w = self.ix._post, self.rows, self.w
-    best = top[0][1]
-    skip = self.q.qset
-    acc: dict[str, float] = {}
-    for d, score in top:
+    post, rows = self.ix._post, self.rows
+    idf_of_df: dict[int, float] = {}
+
+    def feedback(d: int) -> tuple[list[tuple[str, int]], int]:
       f = rows[d].f
-      length = f.length
-      for term, c in f.tf.items():  # any order: each term sums over the documents in rank order
-        if term not in skip and len(post[term]) > 1:
-          acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
-    idf: dict[int, float] = {}
-    weighted = []
-    for t, v in acc.items():
-      df = len(post[t])
-      x = idf.get(df)
-      if x is None:
-        x = idf[df] = self._idf(df)
-      weighted.append((t, v * x))
-    weighted = heaviest_terms(weighted, w.prf_terms)
-    if not weighted:
-      return []
-    norm = weighted[0][1]
-    return [(t, v / norm) for t, v in weighted]
+      return [(t, c) for t, c in f.tf.items() if len(post[t]) > 1], f.length
+
+    def idfs(terms: list[str]) -> list[float]:
+      out = []
+      for t in terms:
+        df = len(post[t])
+        x = idf_of_df.get(df)
+        if x is None:
+          x = idf_of_df[df] = self._idf(df)
+        out.append(x)
+      return out
+
+    return feedback_terms(top, self.q.qset, self.w.prf_terms, feedback, idfs)
 
   def score(self, d: int) -> float:
     """Exact BM25 (both passes) of document ``d``."""

@@ -17,10 +17,12 @@ inputs, never on the order in which earlier calls arrived.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
+from itertools import chain
 from operator import itemgetter
-from typing import TYPE_CHECKING, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Optional, Sequence
 
 from .text import analyze
 
@@ -31,8 +33,28 @@ DocKey = tuple[str, str]
 """(item id, content hash)."""
 
 
+def lucene_idf(n: int, df: int) -> float:
+  """``ln(1 + (N - df + 0.5) / (df + 0.5))``: one expression, so every index gets the same bits."""
+  return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+
+
+class _IdfOfDf(dict):
+  """df -> ``lucene_idf(n, df)`` for one document count, computed on first use."""
+
+  def __init__(self, n: int) -> None:
+    super().__init__()
+    self.n = n
+
+  def __missing__(self, df: int) -> float:
+    out = self[df] = lucene_idf(self.n, df)
+    return out
+
+
 def heaviest_terms(weighted: list[tuple[str, float]], n: int) -> list[tuple[str, float]]:
   """The ``n`` heaviest (term, weight) pairs, ties by term: two C sorts, no key tuples."""
+  if len(weighted) > n:  # only weights up to the n-th heaviest can make it (ties included)
+    cut = heapq.nlargest(n, map(itemgetter(1), weighted))[-1]
+    weighted = [tw for tw in weighted if tw[1] >= cut]
   weighted.sort()  # by term (terms are distinct)
   weighted.sort(key=itemgetter(1), reverse=True)  # stable: equal weights stay in term order
   return weighted[:n]
@@ -134,17 +156,20 @@ class IncrementalBM25:
     return self._df.get(term, 0)
 
   def idf(self, term: str) -> float:
-    df = self._df.get(term, 0)
-    n = len(self._active)
-    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+    return lucene_idf(len(self._active), self._df.get(term, 0))
 
-  def scores(self, query_terms: Sequence[str], weights: Optional[Sequence[float]] = None) -> dict[DocKey, float]:
+  def scores(
+      self, query_terms: Sequence[str], weights: Optional[Sequence[float]] = None, *, base: Optional[dict[DocKey, float]] = None
+  ) -> dict[DocKey, float]:
     """BM25 of every active doc matching at least one term; summed in query-term order.
 
     Summation order is fixed by the query, so a doc's score does not depend on
     the history of the index (floating-point sums are order-sensitive).
+    ``base``: the scores of earlier terms (weight 1), continued rather than
+    summed again; ``scores(a + b, [1] * len(a) + w)`` equals
+    ``scores(b, w, base=scores(a))`` exactly, being the same sums in the same order.
     """
-    out: dict[DocKey, float] = {}
+    out: dict[DocKey, float] = dict(base) if base else {}
     if not self._active:
       return out
     avgdl = self.avgdl or 1.0
@@ -169,23 +194,47 @@ class IncrementalBM25:
     ``sum(score/top * tf/len) * idf``; the ``terms`` heaviest not in ``exclude``
     come back with weights in (0, 1], heaviest first (ties by term).
     """
-    return _expansion(doc_scores, exclude, docs, terms, lambda key: self._active[key], self._df, self.idf)
+    df, idf_of_df = self._df, _IdfOfDf(len(self._active))
+
+    def feedback(key: DocKey) -> tuple[list[tuple[str, int]], int]:
+      tf, length = self._active[key]
+      return [(t, c) for t, c in tf.items() if df[t] > 1], length
+
+    return feedback_terms(
+        best_documents(doc_scores, docs), set(exclude), terms, feedback, lambda ts: [idf_of_df[df[t]] for t in ts]
+    )
 
 
-def _expansion(doc_scores, exclude, docs: int, terms: int, doc, df, idf) -> list[tuple[str, float]]:
-  """Shared RM3-like feedback: ``doc(key)`` gives (term counts, length)."""
-  top = sorted(doc_scores.items(), key=lambda kv: (-kv[1], kv[0]))[:docs]
+def best_documents(doc_scores: dict, n: int) -> list[tuple]:
+  """The ``n`` best (key, score) pairs, ties by key."""
+  return heapq.nsmallest(n, doc_scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def feedback_terms(
+    top: Sequence[tuple[Any, float]],
+    exclude: Collection[str],
+    n: int,
+    feedback: Callable[[Any], tuple[list[tuple[str, int]], int]],
+    idfs: Callable[[list[str]], list[float]],
+) -> list[tuple[str, float]]:
+  """Pseudo-relevance feedback (RM3-like), shared by every index.
+
+  ``top``: the feedback documents as (key, score), best first; ``feedback(key)``:
+  a document's (term, count) pairs for the terms in more than one document,
+  and its length; ``idfs(terms)``: their idfs. Each term not in ``exclude`` is
+  weighted by ``sum(score/top * tf/len) * idf``; the ``n`` heaviest come back
+  with weights in (0, 1], heaviest first (ties by term).
+  """
   if not top or top[0][1] <= 0.0:
     return []
   best = top[0][1]
-  skip = set(exclude)
   acc: dict[str, float] = {}
-  for key, score in top:
-    tf, length = doc(key)
-    for term, c in tf.items():  # any order: each term sums over the documents in rank order
-      if term not in skip and df[term] > 1:
-        acc[term] = acc.get(term, 0.0) + (score / best) * c / max(1, length)
-  weighted = heaviest_terms([(t, v * idf(t)) for t, v in acc.items()], terms)
+  for key, score in top:  # each term sums over the documents in rank order
+    pairs, length = feedback(key)
+    ratio, length = score / best, max(1, length)
+    get = acc.get
+    acc.update({term: get(term, 0.0) + ratio * c / length for term, c in pairs if term not in exclude})
+  weighted = heaviest_terms([(t, v * x) for (t, v), x in zip(acc.items(), idfs(list(acc)))], n)
   if not weighted:
     return []
   norm = weighted[0][1]
@@ -207,56 +256,60 @@ class SmallBM25:
     self.k1 = k1
     self.b = b
     self._docs = docs
-    self._df: Counter = Counter()
-    total = 0
-    for f in docs.values():
-      self._df.update(f.terms)
-      total += f.length
+    self._df: Counter = Counter(chain.from_iterable(f.tf for f in docs.values()))
     self._n = len(docs)
-    self.avgdl = total / self._n if self._n else 0.0
-    self._post: dict[str, list[tuple[DocKey, int, int]]] = {}
-    self._idf: dict[int, float] = {}
+    self.avgdl = sum(f.length for f in docs.values()) / self._n if self._n else 0.0
+    avgdl = self.avgdl or 1.0
+    self._norm = {key: k1 * (1.0 - b + b * f.length / avgdl) for key, f in docs.items()}
+    """The length part of the BM25 denominator, per document (the same expression as ``scores``)."""
+    self._idf_of_df = [lucene_idf(self._n, df) for df in range(self._n + 1)]
+    self._post: dict[str, list[tuple[DocKey, int, float]]] = {}
+    self._feedback: dict[DocKey, tuple[list[tuple[str, int]], int]] = {}
 
   def __len__(self) -> int:
     return self._n
 
   def idf(self, term: str) -> float:
-    df = self._df.get(term, 0)
-    out = self._idf.get(df)
-    if out is None:
-      out = self._idf[df] = math.log(1.0 + (self._n - df + 0.5) / (df + 0.5))
-    return out
+    return self._idf_of_df[self._df.get(term, 0)]
 
-  def _posting(self, term: str) -> list[tuple[DocKey, int, int]]:
+  def _posting(self, term: str) -> list[tuple[DocKey, int, float]]:
+    """(key, count, length part of the denominator) of every document with ``term``."""
     p = self._post.get(term)
     if p is None:
       if len(self._post) > 4096:
         self._post.clear()
-      p = self._post[term] = [(key, f.tf[term], f.length) for key, f in self._docs.items() if term in f.terms]
+      norms = self._norm
+      p = self._post[term] = [(key, f.tf[term], norms[key]) for key, f in self._docs.items() if term in f.tf]
     return p
 
-  def scores(self, query_terms: Sequence[str], weights: Optional[Sequence[float]] = None) -> dict[DocKey, float]:
-    out: dict[DocKey, float] = {}
-    if not self._n:
-      return out
-    avgdl = self.avgdl or 1.0
-    k1, b = self.k1, self.b
-    df = self._df
+  def scores(
+      self, query_terms: Sequence[str], weights: Optional[Sequence[float]] = None, *, base: Optional[dict[DocKey, float]] = None
+  ) -> dict[DocKey, float]:
+    """As ``IncrementalBM25.scores``."""
+    out: dict[DocKey, float] = dict(base) if base else {}
+    df, idf_of_df = self._df, self._idf_of_df
     for qi, term in enumerate(query_terms):
-      if not df.get(term):
+      n = df.get(term)
+      if not n:
         continue
-      idf = self.idf(term) * (weights[qi] if weights is not None else 1.0)
-      for key, c, dl in self._posting(term):
-        out[key] = out.get(key, 0.0) + idf * c / (c + k1 * (1.0 - b + b * dl / avgdl))
+      idf = idf_of_df[n] * (weights[qi] if weights is not None else 1.0)
+      for key, c, norm in self._posting(term):
+        out[key] = out.get(key, 0.0) + idf * c / (c + norm)
     return out
 
   def expansion_terms(
       self, doc_scores: dict[DocKey, float], exclude: Iterable[str], *, docs: int, terms: int
   ) -> list[tuple[str, float]]:
     """As ``IncrementalBM25.expansion_terms``."""
+    return feedback_terms(best_documents(doc_scores, docs), set(exclude), terms, self._feedback_terms, self._idfs)
 
-    def doc(key):
-      f = self._docs[key]
-      return f.tf, f.length
+  def _idfs(self, terms: list[str]) -> list[float]:
+    df, idf_of_df = self._df, self._idf_of_df
+    return [idf_of_df[df[t]] for t in terms]
 
-    return _expansion(doc_scores, exclude, docs, terms, doc, self._df, self.idf)
+  def _feedback_terms(self, key: DocKey) -> tuple[list[tuple[str, int]], int]:
+    got = self._feedback.get(key)
+    if got is None:
+      f, df = self._docs[key], self._df
+      got = self._feedback[key] = ([(t, c) for t, c in f.tf.items() if df[t] > 1], f.length)
+    return got

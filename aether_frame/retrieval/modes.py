@@ -9,6 +9,7 @@ on every model call.
 from __future__ import annotations
 
 import re
+from typing import AbstractSet, Optional
 
 from .weights import MODES
 
@@ -107,14 +108,18 @@ def _may_match(plan, words: set[str]) -> bool:
   return any(m <= words for m in multis)
 
 
-def mode_scores(query: str) -> dict[str, int]:
+def mode_scores(query: str, words: Optional[AbstractSet[str]] = None) -> dict[str, int]:
   """Cue hits per mode (for explanations and tests).
 
   A cue matches between word boundaries, so in ASCII text its literal words
   are words of ``query.lower()``; a mode none of whose cues has its words
-  present cannot match, and its (slow) regex is skipped.
+  present cannot match, and its (slow) regex is skipped. ``words``: those words,
+  when the caller has them already.
   """
-  words = set(_WORD.findall(query.lower())) if query.isascii() else None
+  if not query.isascii():
+    words = None
+  elif words is None:
+    words = set(_WORD.findall(query.lower()))
   out = {}
   for mode in PRECEDENCE:
     if mode not in _COMPILED:
@@ -126,9 +131,9 @@ def mode_scores(query: str) -> dict[str, int]:
   return out
 
 
-def detect_mode(query: str) -> str:
+def detect_mode(query: str, words: Optional[AbstractSet[str]] = None) -> str:
   """One of ``MODES``: the mode with the most cue hits; ``general`` if none."""
-  scores = mode_scores(query)
+  scores = mode_scores(query, words)
   best = max(scores.values(), default=0)
   if best == 0:
     # A very short message without content words is usually a follow-up.

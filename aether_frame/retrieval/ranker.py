@@ -84,8 +84,10 @@ class HybridRanker:
     """Analysis by content hash, shared with children: a recall copy is not re-analysed."""
     self._queries = LRU(QUERY_CACHE)
     self._small = LRU(8)
-    self._prefix_cache: dict[int, tuple[int, IncrementalBM25, dict]] = {}
     """Small-layer BM25 by document set: the evidence layer is usually the same every call."""
+    self._pairs = LRU(8)
+    """Near-duplicate candidates by item set (small layers), for MMR."""
+    self._prefix_cache: dict[int, tuple[int, IncrementalBM25, dict]] = {}
     self._key_memo: dict[str, tuple[str, str, DocKey, Any, DocFeatures]] = {}
     self._rows: dict[DocKey, Any] = {}
     """Document vectors by key (numpy rows once numpy is seen), so a call only embeds new items."""
@@ -166,10 +168,8 @@ class HybridRanker:
     bm = lex.scores(qterms)
     if w.prf_weight > 0.0 and bm:
       extra = lex.expansion_terms(bm, qterms, docs=w.prf_docs, terms=w.prf_terms)
-      if extra:
-        terms = qterms + [t for t, _ in extra]
-        tw = [1.0] * len(qterms) + [w.prf_weight * v for _, v in extra]
-        bm = lex.scores(terms, tw)
+      if extra:  # the query terms' sums carry on with the expansion terms
+        bm = lex.scores([t for t, _ in extra], [w.prf_weight * v for _, v in extra], base=bm)
     bm25 = [bm.get(k, 0.0) for k in keys]
     text_n = max_normalise(bm25)
     sims = self._similarities(query, texts, keys) if ew["similarity"] > 0.0 else None
@@ -417,6 +417,27 @@ class HybridRanker:
     out.extend((i, _r(lam * base[i]), 0.0, None) for i in rest)
     return out
 
+  def _pool_pairs(
+      self, pool: list[int], keys: list[DocKey], feats: list[DocFeatures], fs: list[DocFeatures], threshold: float
+  ) -> list[int]:
+    """``pair_candidates`` over the pool; when the pool is every item, from a cache by item set
+    (the evidence layer is usually the same every call, only its order changes)."""
+    if len(pool) < len(keys):
+      return pair_candidates(fs, threshold)
+    near = self._pairs.get((threshold, tuple(keys)), lambda: pair_candidates(feats, threshold))
+    masks = [0] * len(pool)
+    if any(near):  # item order -> pool order
+      at = [0] * len(pool)
+      for p, i in enumerate(pool):
+        at[i] = p
+      for p, i in enumerate(pool):
+        m = near[i]
+        while m:
+          low = m & -m
+          masks[p] |= 1 << at[low.bit_length() - 1]
+          m ^= low
+    return masks
+
   def _similarity(
       self, pool: list[int], keys: list[DocKey], feats: list[DocFeatures], sims: Optional[list[float]], lex: Any = None
   ):
@@ -458,7 +479,7 @@ class HybridRanker:
       return s
 
     if len(pool) <= PAIR_SWEEP:
-      masks = pair_candidates(fs, threshold)
+      masks = self._pool_pairs(pool, keys, feats, fs, threshold)
       for p, m in extra.items():
         masks[p] |= m
       if not any(masks):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Optional
 
+from .text import FOLD
+
 DAY = 86400.0
 
 MONTHS = {
@@ -311,7 +313,12 @@ _AFTER = {
 }
 
 
-def _may_state_time(words: set[str]) -> bool:
+def _names_year(words: set[str]) -> bool:
+  """A word is a 19xx or 20xx year."""
+  return any(len(w) == 4 and w[:2] in ("19", "20") and w.isdigit() for w in words)
+
+
+def _may_state_time(words: set[str], year: bool) -> bool:
   """False only if ``_TIME_EXPR`` cannot match: none of its words (or word pairs) occur."""
   if not _TIME_WORDS.isdisjoint(words):
     return True
@@ -322,11 +329,18 @@ def _may_state_time(words: set[str]) -> bool:
     return True
   if ("few" in words or "couple" in words) and not words.isdisjoint(("days", "weeks", "months")):
     return True
-  return any(len(w) == 4 and w[:2] in ("19", "20") and w.isdigit() for w in words)
+  return year
+
+
+_YEAR_RUN = re.compile(r"\b(?:19|20)\d\d\b")
 
 
 def has_time_expression(text: str) -> bool:
   """States a time ("yesterday", "last week", "in 2022"): what answers a "when" question."""
+  if text.isascii() and "_" not in text:
+    # The RUN words are then the [a-z0-9] runs: fold the rest to spaces (in C) and split.
+    folded = text.encode().translate(FOLD).decode()
+    return time_expression_from_words(text, set(folded.split()), _YEAR_RUN.search(folded) is not None)
   out = time_expression_from_words(text, set(RUN.findall(text.lower())) if text.isascii() else None)
   return bool(_TIME_EXPR.search(text)) if out is None else out
 
@@ -335,19 +349,22 @@ RUN = re.compile(r"[a-z0-9_]+")
 """Word runs (``\\w+`` of lower-cased ASCII text): what ``\\b...\\b`` alternatives match whole."""
 
 
-def time_expression_from_words(text: str, runs: Optional[set[str]]) -> Optional[bool]:
+def time_expression_from_words(text: str, runs: Optional[set[str]], year: Optional[bool] = None) -> Optional[bool]:
   """``has_time_expression`` decided from the ``RUN`` words of ASCII ``text`` (None: not ASCII).
 
   Every alternative of the pattern is whole words between word boundaries:
   without any of its words it cannot match; a single-word alternative (a
   month, "yesterday", a year) present as a whole run matches; otherwise only
   the word pairs ("last week") can, and a much smaller regex decides.
+  ``year``: whether a run is a year (``_names_year``), when the caller knows.
   """
   if runs is None:
     return None
-  if not _may_state_time(runs):
+  if year is None:
+    year = _names_year(runs)
+  if not _may_state_time(runs, year):
     return False
-  if not _TIME_WORDS.isdisjoint(runs) or any(len(w) == 4 and w[:2] in ("19", "20") and w.isdigit() for w in runs):
+  if not _TIME_WORDS.isdisjoint(runs) or year:
     return True
   return bool(_TIME_PAIRS.search(text))
 

@@ -164,6 +164,7 @@ def test_recall_copies_reuse_the_history_analysis():
   items = history(random.Random(2), 40)
   index = ranker.new_history_index()
   index.add(items)
+  index.search("vacation", k=8, now=None)  # the recall search analyses the queued history
   misses = ranker._features.misses
   copies = [
       Item(id=f"recall:{it.id}", layer=Layer.MEMORY, kind="recall", text=it.text, provenance=it.provenance)

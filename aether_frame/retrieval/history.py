@@ -124,9 +124,18 @@ class RecallIndex:
   # -- maintenance ------------------------------------------------------------
 
   def add(self, items: Sequence[Item]) -> None:
-    """Analyses and indexes ``items`` (the ranker's analysis cache keeps them for recall copies)."""
+    """Queues ``items``; they are analysed and indexed by the next search.
+
+    Most warm calls never search (nothing was trimmed yet, see the compiler's
+    ``_history_fits``), so the analysis is paid only when recall runs.
+    """
+    self._items.extend(items)
+
+  def _catch_up(self) -> None:
+    """Analyses and indexes the queued items (the ranker's analysis cache keeps them for recall copies)."""
     rows, groups = self._rows, self._items
-    groups.extend(items)
+    if len(rows) == len(groups):
+      return
     ranker = self._ranker
     index_text, features = ranker._index_text, ranker.features
     post = self._post
@@ -178,7 +187,7 @@ class RecallIndex:
 
   def truncate(self, n: int) -> None:
     n = max(0, n)
-    for pos in range(len(self._rows) - 1, n - 1, -1):
+    for pos in range(len(self._rows) - 1, n - 1, -1):  # queued items have nothing indexed yet
       row = self._rows[pos]
       for term in row.f.tf:
         posting = self._post[term]
@@ -241,6 +250,7 @@ class RecallIndex:
     """Best first: (position, score, explain); only items with a positive score."""
     if k <= 0 or not self._items:
       return []
+    self._catch_up()
     ranker = self._ranker
     q = ranker.query_info(query)
     vectors = ranker._vectors is not None and q.ew["similarity"] > 0.0

@@ -81,7 +81,8 @@ def test_payload_and_output_hashes_match_the_output():
   m = pack.manifest
   assert m["payload_sha256"] == "sha256:" + sha256_hex(pack.payload)
   conversation = sequence_digest(pack.conversation_ids)
-  assert m["output_sha256"] == digest({"payload": pack.payload, "conversation": conversation, "tools": ["tool:search"]})
+  payload = "sha256:" + sha256_hex(pack.payload)
+  assert m["output_sha256"] == digest({"payload": payload, "conversation": conversation, "tools": ["tool:search"]})
 
 
 def test_input_hash_tracks_inputs_but_not_run_metadata():

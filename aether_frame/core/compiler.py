@@ -169,6 +169,7 @@ class CompilerSession:
     self._pinned: list[int] = []
     self._call_memo: dict[tuple, tuple[Item, str]] = {}
     self._recall_tokens: dict[tuple[int, str], int] = {}
+    self._text_digests: dict[tuple[str, ...], str] = {}
     """Call item → (costed copy, digest); the plugin rebuilds equal items every call."""
     self._ids: list[str] = []
     # Running hash of the kept conversation ids (see ``_conversation_digest``):
@@ -798,6 +799,15 @@ class CompilerSession:
     }
     return payload, totals
 
+  def _texts_digest(self, texts: tuple[str, ...]) -> str:
+    """``digest(list(texts))``, memoised per session."""
+    d = self._text_digests.get(texts)
+    if d is None:
+      if len(self._text_digests) >= 64:
+        self._text_digests.clear()
+      d = self._text_digests[texts] = digest(list(texts))
+    return d
+
   @staticmethod
   def _required(by_layer, has_plan: bool) -> list[str]:
     kinds = {i.kind for i in by_layer[Layer.TASK]}
@@ -854,11 +864,14 @@ class CompilerSession:
         i.provenance.source for i in items
         if i.layer is Layer.EVIDENCE and i.provenance.source and i.provenance.source.startswith("artifact://")
     })
-    # The kept conversation enters both hashes as its id chain (sequence_digest).
-    output = {"payload": payload, "conversation": conversation_sha, "tools": [i.id for i in items if i.layer is Layer.TOOLS]}
+    # Both hashes take their large parts as digests: the payload as its sha256,
+    # the kept conversation as its id chain (sequence_digest), the system and
+    # tool texts as the digest of their lists (memoised: they rarely change).
+    payload_sha = "sha256:" + sha256_hex(payload)
+    output = {"payload": payload_sha, "conversation": conversation_sha, "tools": [i.id for i in items if i.layer is Layer.TOOLS]}
     prefix = {
-        "system": [i.text for i in items if i.layer is Layer.SYSTEM],
-        "tools": [i.text for i in items if i.layer is Layer.TOOLS],
+        "system": self._texts_digest(tuple(i.text for i in items if i.layer is Layer.SYSTEM)),
+        "tools": self._texts_digest(tuple(i.text for i in items if i.layer is Layer.TOOLS)),
         "conversation": conversation_sha,
     }
     return {
@@ -895,7 +908,7 @@ class CompilerSession:
         "valid": not problems,
         "problems": problems,
         "input_sha256": input_sha,
-        "payload_sha256": "sha256:" + sha256_hex(payload),
+        "payload_sha256": payload_sha,
         "output_sha256": digest(output),
         "prefix_sha256": digest(prefix),
     }

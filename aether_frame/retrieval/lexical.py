@@ -263,7 +263,6 @@ class SmallBM25:
     self._norm = {key: k1 * (1.0 - b + b * f.length / avgdl) for key, f in docs.items()}
     """The length part of the BM25 denominator, per document (the same expression as ``scores``)."""
     self._idf_of_df = [lucene_idf(self._n, df) for df in range(self._n + 1)]
-    self._post: dict[str, list[tuple[DocKey, int, float]]] = {}
     self._feedback: dict[DocKey, tuple[list[tuple[str, int]], int]] = {}
 
   def __len__(self) -> int:
@@ -272,29 +271,34 @@ class SmallBM25:
   def idf(self, term: str) -> float:
     return self._idf_of_df[self._df.get(term, 0)]
 
-  def _posting(self, term: str) -> list[tuple[DocKey, int, float]]:
-    """(key, count, length part of the denominator) of every document with ``term``."""
-    p = self._post.get(term)
-    if p is None:
-      if len(self._post) > 4096:
-        self._post.clear()
-      norms = self._norm
-      p = self._post[term] = [(key, f.tf[term], norms[key]) for key, f in self._docs.items() if term in f.tf]
-    return p
-
   def scores(
       self, query_terms: Sequence[str], weights: Optional[Sequence[float]] = None, *, base: Optional[dict[DocKey, float]] = None
   ) -> dict[DocKey, float]:
     """As ``IncrementalBM25.scores``."""
     out: dict[DocKey, float] = dict(base) if base else {}
     df, idf_of_df = self._df, self._idf_of_df
+    # Document-major: with a handful of documents, probing each one's term
+    # counts beats building postings. Each document still sums its terms in
+    # query order, from its ``base`` score, so the floats are the same.
+    terms = []
     for qi, term in enumerate(query_terms):
       n = df.get(term)
-      if not n:
-        continue
-      idf = idf_of_df[n] * (weights[qi] if weights is not None else 1.0)
-      for key, c, norm in self._posting(term):
-        out[key] = out.get(key, 0.0) + idf * c / (c + norm)
+      if n:
+        terms.append((term, idf_of_df[n] * (weights[qi] if weights is not None else 1.0)))
+    if not terms:
+      return out
+    norms = self._norm
+    for key, f in self._docs.items():
+      tf = f.tf
+      got = None
+      for term, idf in terms:
+        c = tf.get(term)
+        if c:
+          if got is None:
+            got = out.get(key, 0.0)
+          got = got + idf * c / (c + norms[key])
+      if got is not None:
+        out[key] = got
     return out
 
   def expansion_terms(

@@ -168,12 +168,13 @@ class CompilerSession:
     self._pos: dict[str, int] = {}
     self._pinned: list[int] = []
     self._call_memo: dict[tuple, tuple[Item, str]] = {}
-    self._recall_tokens: dict[tuple[int, str], int] = {}
-    self._text_digests: dict[tuple[str, ...], str] = {}
     """Call item → (costed copy, digest); the plugin rebuilds equal items every call."""
+    self._recall_tokens: dict[tuple[int, str], int] = {}
+    """(position, chain value) → token cost of that group's recall line."""
+    self._text_digests: dict[tuple[str, ...], str] = {}
     self._ids: list[str] = []
     # Running hash of the kept conversation ids (see ``_conversation_digest``):
-    # the chain head before ``_kept_from`` and one link per kept group after it.
+    # keyed by (tail start, chain head of the pinned ids before it), one link per kept group.
     self._kept_key: Optional[tuple[int, str]] = None
     self._kept_links: list[str] = []
 

@@ -19,7 +19,7 @@ import pytest
 from aether_frame.core.items import Item, Layer, Provenance
 from aether_frame.retrieval import HybridRanker, RetrievalWeights, default_ranker, modes, temporal
 from aether_frame.retrieval.dedup import jaccard, near_duplicate_features, pair_candidates
-from aether_frame.retrieval.features import DocFeatures, analyze_fast
+from aether_frame.retrieval.features import DocFeatures, QueryInfo, analyze_fast
 from aether_frame.retrieval.lexical import IncrementalBM25, SmallBM25
 from aether_frame.retrieval.mmr import dense_neighbours, mmr, mmr_lazy
 from aether_frame.retrieval.text import analyze
@@ -219,9 +219,13 @@ def test_analysis_shortcuts_are_exact():
 
 def test_query_prefilters_are_exact(monkeypatch):
   texts = _texts() + QUERIES
+  infos = [QueryInfo(t, RetrievalWeights()) for t in texts]  # the words the ranker passes along
   fast_modes = [modes.mode_scores(t) for t in texts]
+  assert fast_modes == [modes.mode_scores(t, q.words) for t, q in zip(texts, infos)]
+  assert [q.when for q in infos] == [bool(temporal._WHEN.search(t)) for t in texts]
   fast_spans = [temporal.parse_time_range(t, T0) for t in texts]
-  monkeypatch.setattr(temporal, "_possible", lambda query: None)
+  assert fast_spans == [temporal.parse_time_range(t, T0, q.words) for t, q in zip(texts, infos)]
+  monkeypatch.setattr(temporal, "_possible", lambda query, words=None: None)
   assert fast_spans == [temporal.parse_time_range(t, T0) for t in texts]
   slow = [{m: len(modes._COMPILED[m].findall(t)) for m in modes.PRECEDENCE if m in modes._COMPILED} for t in texts]
   assert fast_modes == slow

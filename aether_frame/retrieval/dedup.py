@@ -17,6 +17,7 @@ and every new turn met most of the others (19 s of 25 s at ~1,850 turns).
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 from typing import Hashable, Iterable
 
 
@@ -183,15 +184,19 @@ def pair_candidates(feats: list, threshold: float) -> list[int]:
   for the size test (the ratio only falls from there).
   """
   out = [0] * len(feats)
-  by_size = sorted((len(f.terms), i) for i, f in enumerate(feats) if f.terms)
-  sigs = {i: feats[i].signature for _, i in by_size}
-  for x, (la, a) in enumerate(by_size):
-    ma, ca = sigs[a]
-    for lb, b in by_size[x + 1 :]:
+  by_size = []
+  for i, f in enumerate(feats):
+    size = len(f.terms)
+    if size:
+      by_size.append((size, *f.signature, i))
+  by_size.sort(key=itemgetter(0))  # which pairs pass does not depend on the order of equal sizes
+  for x, (la, ma, ca, a) in enumerate(by_size):
+    for lb, mb, cb, b in by_size[x + 1 :]:
       if la / lb <= threshold:
         break
-      mb, cb = sigs[b]
-      bound = min((ma & mb).bit_count() + min(ca, cb), la, lb)
+      bound = (ma & mb).bit_count() + (ca if ca < cb else cb)
+      if bound > la:  # la <= lb
+        bound = la
       if bound / (la + lb - bound) > threshold:
         out[a] |= 1 << b
         out[b] |= 1 << a

@@ -161,7 +161,7 @@ class QueryInfo:
     self.profile = weights.modes.get(self.mode)
     self.qterms: list[str] = list(dict.fromkeys(analyze_fast(query)))
     self.qset = frozenset(self.qterms)
-    self.when = is_when_question(query)
+    self.when = is_when_question(query, self.words)
     self._spans: dict[Optional[float], Optional[TimeRange]] = {}
 
   def span(self, ref_now: Optional[float]) -> Optional[TimeRange]:
@@ -171,7 +171,7 @@ class QueryInfo:
     except KeyError:
       if len(self._spans) > 8:
         self._spans.clear()
-      out = self._spans[ref_now] = parse_time_range(self.text, ref_now)
+      out = self._spans[ref_now] = parse_time_range(self.text, ref_now, self.words)
       return out
 
   def names(self, author: str) -> bool:

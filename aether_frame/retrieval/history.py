@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 from aether_frame.core.items import Item
 
 from .decay import freshness as decay_freshness
-from .dedup import near_duplicate
+from .dedup import near_duplicate_features
 from .features import CONVERSATIONAL_KINDS, ND, DocFeatures, QueryInfo, num, rnd
-from .lexical import feedback_terms, lucene_idf
+from .lexical import IdfOfDf, feedback_terms
 from .mmr import mmr_lazy
 from .temporal import DAY, temporal_score
 from .text import content_hash
@@ -117,6 +117,8 @@ class RecallIndex:
     """Whether the last search provably equals ``explain`` over the whole history (None: scanned)."""
     self.last_work = 0
     """Work units of the last search (see ``_Search.work``): bounded, not proportional to history."""
+    self._idf_of_df = IdfOfDf(0)
+    """idf by document frequency for the current number of groups (searches in a row share it)."""
 
   def __len__(self) -> int:
     return len(self._items)
@@ -238,6 +240,11 @@ class RecallIndex:
     self._breaks = [i + 1 for i, linked in enumerate(self._link) if not linked]
     self._stale_timeline = False
 
+  def _idfs(self) -> IdfOfDf:
+    if self._idf_of_df.n != len(self._rows):
+      self._idf_of_df = IdfOfDf(len(self._rows))
+    return self._idf_of_df
+
   def _linked(self, a: int, b: int) -> bool:
     ta, tb = self._rows[a].ts, self._rows[b].ts
     if ta is None or tb is None:
@@ -271,6 +278,18 @@ class RecallIndex:
     return [(i, explains[i]["score"], explains[i]) for i in order[:k] if explains[i]["score"] > 0.0]
 
 
+class _NormOfDl(dict):
+  """Document length -> the length part of the BM25 denominator, computed on first use."""
+
+  def __init__(self, k1: float, b: float, avgdl: float) -> None:
+    super().__init__()
+    self.k1, self.b, self.avgdl = k1, b, avgdl
+
+  def __missing__(self, dl: int) -> float:
+    out = self[dl] = self.k1 * (1.0 - self.b + self.b * dl / self.avgdl)
+    return out
+
+
 class _Search:
   """One search: the state shared by its stages."""
 
@@ -284,6 +303,8 @@ class _Search:
     self.n = n
     self.avgdl = (index._total / n) or 1.0
     self.k1, self.b = w.bm25_k1, w.bm25_b
+    self.idf_of_df = index._idfs()
+    self.norm_of_dl = _NormOfDl(self.k1, self.b, self.avgdl)
     self.ref_now = now if now is not None else (index._times[-1][0] if index._times else None)
     self._ranked: Optional[list[int]] = None
     self.exact1: dict[int, float] = {}
@@ -292,36 +313,31 @@ class _Search:
 
   # -- BM25 -------------------------------------------------------------------
 
-  def _idf(self, df: int) -> float:
-    return lucene_idf(self.n, df)
-
   def _terms(self, terms: Sequence[str], weights: Optional[Sequence[float]] = None) -> list[tuple[str, dict, float]]:
     post = self.ix._post
     out = []
     for i, t in enumerate(terms):
       p = post.get(t)
       if p:
-        out.append((t, p, self._idf(len(p)) * (weights[i] if weights is not None else 1.0)))
+        out.append((t, p, self.idf_of_df[len(p)] * (weights[i] if weights is not None else 1.0)))
     return out
 
   def _accumulate(self, acc: dict[int, float], terms: list[tuple[str, dict, float]]) -> None:
     """Adds every posting of ``terms`` to ``acc`` (in the given term order)."""
-    dl, avgdl, k1, b = self.ix._dl, self.avgdl, self.k1, self.b
+    dl, norm_of_dl = self.ix._dl, self.norm_of_dl
     for _, p, idf in terms:
       self.work += len(p)
+      get = acc.get
       for d, tf in p.items():
-        acc[d] = acc.get(d, 0.0) + idf * tf / (tf + k1 * (1.0 - b + b * dl[d] / avgdl))
+        acc[d] = get(d, 0.0) + idf * tf / (tf + norm_of_dl[dl[d]])
 
   def _exact(self, d: int, terms: list[tuple[str, dict, float]], s: float = 0.0) -> float:
     """One document's BM25 over ``terms``, summed in query-term order (as ``IncrementalBM25``)."""
-    dld = self.ix._dl[d]
-    norm = None
+    norm = self.norm_of_dl[self.ix._dl[d]]
     self.work += len(terms)
     for _, p, idf in terms:
       tf = p.get(d)
       if tf:
-        if norm is None:
-          norm = self.k1 * (1.0 - self.b + self.b * dld / self.avgdl)
         s = s + idf * tf / (tf + norm)
     return s
 
@@ -378,22 +394,14 @@ class _Search:
 
   def _expansion(self, top: list[tuple[int, float]]) -> list[tuple[str, float]]:
     """``IncrementalBM25.expansion_terms`` over this index."""
-    post, rows = self.ix._post, self.rows
-    idf_of_df: dict[int, float] = {}
+    post, rows, idf_of_df = self.ix._post, self.rows, self.idf_of_df
 
     def feedback(d: int) -> tuple[list[tuple[str, int]], int]:
       f = rows[d].f
       return [(t, c) for t, c in f.tf.items() if len(post[t]) > 1], f.length
 
     def idfs(terms: list[str]) -> list[float]:
-      out = []
-      for t in terms:
-        df = len(post[t])
-        x = idf_of_df.get(df)
-        if x is None:
-          x = idf_of_df[df] = self._idf(df)
-        out.append(x)
-      return out
+      return [idf_of_df[len(post[t])] for t in terms]
 
     return feedback_terms(top, self.q.qset, self.w.prf_terms, feedback, idfs)
 
@@ -704,11 +712,10 @@ class _Search:
     lam = w.mmr_lambda
     order = sorted(base, key=lambda d: (-base[d], d))
     pool, rest = order[: w.mmr_pool], order[w.mmr_pool :]
-    sets = [rows[d].f.terms for d in pool]
+    fs = [rows[d].f for d in pool]
     threshold = w.mmr_threshold
-    # About k x k pairs: intersecting them is cheaper than a signature per turn.
     picks = mmr_lazy(
-        [base[d] for d in pool], lambda a, b: near_duplicate(sets[a], sets[b], threshold),
+        [base[d] for d in pool], lambda a, b: near_duplicate_features(fs[a], fs[b], threshold),
         lam=lam, threshold=threshold, ndigits=ND, stop_below=k,
     )
     ranked = [(p.value, pool[p.index], rank, p.redundancy, p.similar_to) for rank, p in enumerate(picks, start=1)]

@@ -38,7 +38,7 @@ def lucene_idf(n: int, df: int) -> float:
   return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
 
-class _IdfOfDf(dict):
+class IdfOfDf(dict):
   """df -> ``lucene_idf(n, df)`` for one document count, computed on first use."""
 
   def __init__(self, n: int) -> None:
@@ -51,9 +51,9 @@ class _IdfOfDf(dict):
 
 
 def heaviest_terms(weighted: list[tuple[str, float]], n: int) -> list[tuple[str, float]]:
-  """The ``n`` heaviest (term, weight) pairs, ties by term: two C sorts, no key tuples."""
+  """The ``n`` heaviest (term, weight) pairs, ties by term: C sorts, no key tuples."""
   if len(weighted) > n:  # only weights up to the n-th heaviest can make it (ties included)
-    cut = heapq.nlargest(n, map(itemgetter(1), weighted))[-1]
+    cut = sorted(map(itemgetter(1), weighted))[-n]
     weighted = [tw for tw in weighted if tw[1] >= cut]
   weighted.sort()  # by term (terms are distinct)
   weighted.sort(key=itemgetter(1), reverse=True)  # stable: equal weights stay in term order
@@ -194,7 +194,7 @@ class IncrementalBM25:
     ``sum(score/top * tf/len) * idf``; the ``terms`` heaviest not in ``exclude``
     come back with weights in (0, 1], heaviest first (ties by term).
     """
-    df, idf_of_df = self._df, _IdfOfDf(len(self._active))
+    df, idf_of_df = self._df, IdfOfDf(len(self._active))
 
     def feedback(key: DocKey) -> tuple[list[tuple[str, int]], int]:
       tf, length = self._active[key]

@@ -13,15 +13,15 @@ reproduces the pick order; ties go to the lower index, as in ``rank_layer``.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 Neighbours = Callable[[int], Iterable[tuple[int, float]]]
 """``neighbours(i)`` -> (j, similarity) pairs for every j similar to i (others are 0)."""
 
 
-@dataclass(frozen=True)
-class Pick:
+class Pick(NamedTuple):
+  """One item in MMR order (a named tuple: cheap to make)."""
+
   index: int
   value: float
   redundancy: float

@@ -52,82 +52,87 @@ _COMPILED = {
 }
 
 
-def _needs(cue: str) -> tuple[tuple[str, bool], ...]:
-  """Words every match of ``cue`` contains: its leading literal words, as (text, whole word?).
-
-  A word followed by a space (not an optional one), ``\\b``, a lookahead or the
-  end of the cue is whole; one followed by anything else (``\\w*``, ``?``, ``-``)
-  is only a prefix (minus a last letter made optional by ``?``).
-  """
-  cue = cue.removeprefix(r"\b")
-  out = []
-  while True:
-    m = re.match(r"[a-z]+", cue)
-    if not m:
-      break
-    run = m.group(0)
-    rest = cue[len(run):]
-    if rest == "" or rest.startswith((r"\b", "(?=")) or (rest.startswith(" ") and rest[1:2] not in ("?", "*", "+", "{")):
-      out.append((run, True))
-      if not rest.startswith(" "):
-        break
-      cue = rest[1:]
-      continue
-    out.append((run[:-1] if rest[:1] in ("?", "*", "{") else run, False))
-    break
-  return tuple(out)
+def _start(cue: str) -> Optional[str]:
+  """The letters every match of ``cue`` starts with: its leading literal run, minus a last
+  letter made optional by ``?``, ``*`` or ``{`` (None: no such run)."""
+  body = cue.removeprefix(r"\b")
+  m = re.match(r"[a-z]+", body)
+  if not m:
+    return None
+  optional = body[m.end() : m.end() + 1] in ("?", "*", "{")
+  return m.group(0)[:-1] if optional else m.group(0)
 
 
-def _plan(cues: tuple[str, ...]) -> tuple[frozenset, tuple[str, ...], tuple[frozenset, ...]]:
-  """(single whole words, word prefixes, multi-word sets): any present means the mode may match."""
-  singles, prefixes, multis = set(), [], []
-  for cue in cues:
-    needs = _needs(cue)
-    if not needs:
-      return frozenset(), ("",), ()  # no literal to look for: always run the regex
-    if len(needs) == 1:
-      text, whole = needs[0]
-      (singles.add(text) if whole else prefixes.append(text))
-    elif all(whole for _, whole in needs):
-      multis.append(frozenset(t for t, _ in needs))
-    else:
-      prefixes.append(needs[0][0])  # conservative: the first word as a prefix
-  return frozenset(singles), tuple(prefixes), tuple(multis)
+def _starts(cues: tuple[str, ...]) -> Optional[tuple[str, ...]]:
+  """What a match of any of ``cues`` starts with (no run that another run begins); None if unknown."""
+  runs = {_start(cue) for cue in cues}
+  if None in runs or "" in runs:
+    return None
+  return tuple(sorted(r for r in runs if not any(r != o and r.startswith(o) for o in runs)))
 
 
-_PLANS = {mode: _plan(cues) for mode, cues in _CUES.items()}
+_STARTS = {mode: _starts(cues) for mode, cues in _CUES.items()}
 _WORD = re.compile(r"[a-z0-9]+")
+_WORD_CHAR = re.compile(r"\w").match
 
 
-def _may_match(plan, words: set[str]) -> bool:
-  singles, prefixes, multis = plan
-  if not singles.isdisjoint(words):
-    return True
-  if prefixes and any(w.startswith(prefixes) for w in words):
-    return True
-  return any(m <= words for m in multis)
+def _modes_starting(word: str) -> tuple[str, ...]:
+  """Modes one of whose cues may start at a word ``word`` (a run of theirs begins it), memoised."""
+  got = _STARTING.get(word)
+  if got is None:
+    if len(_STARTING) > 100_000:
+      _STARTING.clear()
+    got = _STARTING[word] = tuple(m for m, runs in _STARTS.items() if runs is not None and word.startswith(runs))
+  return got
+
+
+_STARTING: dict[str, tuple[str, ...]] = {}
+
+
+def _count(pattern: re.Pattern, query: str, at: set[int]) -> int:
+  """``len(pattern.findall(query))`` when every match starts at an offset in ``at``.
+
+  The leftmost match at or after the last one's end is then the first such
+  offset where the regex matches: the same matches as ``findall``.
+  """
+  n = end = 0
+  for i in sorted(at):
+    if i >= end:
+      m = pattern.match(query, i)
+      if m:
+        n += 1
+        end = m.end()
+  return n
 
 
 def mode_scores(query: str, words: Optional[AbstractSet[str]] = None) -> dict[str, int]:
   """Cue hits per mode (for explanations and tests).
 
-  A cue matches between word boundaries, so in ASCII text its literal words
-  are words of ``query.lower()``; a mode none of whose cues has its words
-  present cannot match, and its (slow) regex is skipped. ``words``: those words,
+  A cue matches between word boundaries, so in ASCII text a match starts
+  where a word of ``query.lower()`` does, and that word begins with the cue's
+  leading letters (``_STARTS``): each mode's (slow) regex is tried only at
+  such offsets, and not at all when there are none. ``words``: those words,
   when the caller has them already.
   """
   if not query.isascii():
-    words = None
-  elif words is None:
-    words = set(_WORD.findall(query.lower()))
+    return {mode: len(pattern.findall(query)) for mode, pattern in _COMPILED.items()}
+  lower = query.lower()
+  if words is None:
+    words = set(_WORD.findall(lower))
+  at: dict[str, set[int]] = {}
+  for word in words:
+    for mode in _modes_starting(word):
+      i = lower.find(word)
+      while i >= 0:
+        if not i or not _WORD_CHAR(lower[i - 1]):  # where the word starts, not inside another
+          at.setdefault(mode, set()).add(i)
+        i = lower.find(word, i + 1)
   out = {}
-  for mode in PRECEDENCE:
-    if mode not in _COMPILED:
-      continue
-    if words is not None and not _may_match(_PLANS[mode], words):
-      out[mode] = 0
+  for mode, pattern in _COMPILED.items():
+    if _STARTS[mode] is None:
+      out[mode] = len(pattern.findall(query))
     else:
-      out[mode] = len(_COMPILED[mode].findall(query))
+      out[mode] = _count(pattern, query, at[mode]) if mode in at else 0
   return out
 
 

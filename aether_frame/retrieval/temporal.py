@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Optional
+from typing import AbstractSet, Optional
 
 from .text import FOLD
 
@@ -218,16 +218,18 @@ _NEEDS: dict[str, frozenset] = {
 a four-digit number)."""
 
 
-def _possible(query: str) -> Optional[set[str]]:
+def _possible(query: str, words: Optional[AbstractSet[str]] = None) -> Optional[set[str]]:
   """Pattern kinds that may match an ASCII ``query``, from its words (None: try all).
 
   Every pattern starts its key words at a word boundary and ends them at one,
   so in ASCII text each key word is a whole ``[a-z0-9]+`` word of the lower-cased
-  query; a pattern whose key words are all absent cannot match.
+  query; a pattern whose key words are all absent cannot match. ``words``:
+  those words, when the caller has them already.
   """
   if not query.isascii():
     return None
-  words = set(_WORD.findall(query.lower()))
+  if words is None:
+    words = set(_WORD.findall(query.lower()))
   out = {kind for kind, need in _NEEDS.items() if not need.isdisjoint(words)}
   if not _MONTH_WORDS.isdisjoint(words):
     out.update(("day_month", "month_day", "month_year", "month", "month_bare"))
@@ -240,17 +242,20 @@ def _possible(query: str) -> Optional[set[str]]:
   return out
 
 
-def parse_time_range(query: str, now: Optional[float]) -> Optional[TimeRange]:
+def parse_time_range(query: str, now: Optional[float], words: Optional[AbstractSet[str]] = None) -> Optional[TimeRange]:
   """The period the query refers to, or None.
 
   The earliest expression in the query wins (by where its date words start,
   ignoring a leading "in"/"on"); at the same position, the most specific
   pattern (the order of ``_PATTERNS``). Absolute dates parse without
   ``now``; relative ones need it and are ignored when it is None.
+  ``words``: the ``[a-z0-9]+`` words of ``query.lower()``, when the caller has them.
   """
+  possible = _possible(query) if words is None else _possible(query, words)
+  if possible is not None and not possible:
+    return None
   ref = datetime.fromtimestamp(now, tz=timezone.utc).replace(tzinfo=None) if now is not None else None
   best: Optional[tuple[int, int, TimeRange]] = None
-  possible = _possible(query)
   for order, (kind, pattern) in enumerate(_PATTERNS):
     if possible is not None and kind not in possible:
       continue
@@ -289,8 +294,18 @@ _TIME_EXPR = re.compile(
 )
 
 
-def is_when_question(query: str) -> bool:
-  """Asks for a time ("when did...", "what year..."), with or without a range."""
+_WHEN_STARTS = frozenset({"when", "what", "which", "how", "since"})
+"""The word every ``_WHEN`` match starts with."""
+
+
+def is_when_question(query: str, words: Optional[AbstractSet[str]] = None) -> bool:
+  """Asks for a time ("when did...", "what year..."), with or without a range.
+
+  ``words``: the ``[a-z0-9]+`` words of ``query.lower()``; in ASCII text a
+  match starts with one of them, so without one the regex need not run.
+  """
+  if words is not None and _WHEN_STARTS.isdisjoint(words) and query.isascii():
+    return False
   return bool(_WHEN.search(query))
 
 

@@ -172,6 +172,7 @@ class CompilerSession:
     self._recall_tokens: dict[tuple[int, str], int] = {}
     """(position, chain value) → token cost of that group's recall line."""
     self._text_digests: dict[tuple[str, ...], str] = {}
+    self._norm_memo: dict[str, str] = {}
     self._ids: list[str] = []
     # Running hash of the kept conversation ids (see ``_conversation_digest``):
     # keyed by (tail start, chain head of the pinned ids before it), one link per kept group.
@@ -309,7 +310,7 @@ class CompilerSession:
     dup_of: dict[tuple[str, str], str] = {}
     for it in items:
       if it.layer in (Layer.EVIDENCE, Layer.MEMORY):
-        key = (it.layer.value, " ".join(it.text.split()))
+        key = (it.layer.value, self._normalised(it.text))
         if not key[1]:
           self._event(events, statuses, "filter", it.layer.value, [it], "empty text")
           continue
@@ -444,7 +445,9 @@ class CompilerSession:
 
     problems = self._required(by_layer, call.has_plan)
     pinned_ids = [self._ids[p] for p in self._pinned if p < tail_start]
-    conversation_ids = pinned_ids + self._ids[tail_start:]  # pinned before the cut precede it; both ascending
+    conversation_ids = self._ids[tail_start:]
+    if pinned_ids:  # pinned groups before the cut precede it; both ascending
+      conversation_ids = pinned_ids + conversation_ids
     manifest = self._manifest(
         call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
         input_sha, payload, self._conversation_digest(pinned_ids, tail_start), len(conversation_ids),
@@ -799,6 +802,15 @@ class CompilerSession:
         "task": payload_tokens - evidence_used - memory_used - conversation_phrase, "total": total, "pct_used": pct,
     }
     return payload, totals
+
+  def _normalised(self, text: str) -> str:
+    """Whitespace-collapsed text, the duplicate key of evidence and memory (memoised)."""
+    out = self._norm_memo.get(text)
+    if out is None:
+      if len(self._norm_memo) >= _CALL_MEMO_MAX:
+        self._norm_memo.clear()
+      out = self._norm_memo[text] = " ".join(text.split())
+    return out
 
   def _texts_digest(self, texts: tuple[str, ...]) -> str:
     """``digest(list(texts))``, memoised per session."""

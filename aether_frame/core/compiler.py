@@ -87,6 +87,7 @@ class CompiledPack:
 _DIGEST_MEMO: dict[tuple, str] = {}
 _DIGEST_MEMO_MAX = 16384
 _CALL_MEMO_MAX = 4096
+_LAYER_NAMES = {layer: layer.value for layer in Layer}
 
 
 def _fast_key(item: Item) -> Optional[tuple]:
@@ -173,6 +174,7 @@ class CompilerSession:
     """(position, chain value) → token cost of that group's recall line."""
     self._text_digests: dict[tuple[str, ...], str] = {}
     self._norm_memo: dict[str, str] = {}
+    self._frames: dict[tuple[str, ...], str] = {}
     self._ids: list[str] = []
     # Running hash of the kept conversation ids (see ``_conversation_digest``):
     # keyed by (tail start, chain head of the pinned ids before it), one link per kept group.
@@ -568,9 +570,15 @@ class CompilerSession:
     request text, which keeps the bound an upper bound. The BUDGET line is
     counted separately once it is known.
     """
-    frame = render.render_payload(
-        task=[], tools=by_layer[Layer.TOOLS], evidence=[], memory=[], budget="", user_request="", fence=fence,
-    )
+    tools = by_layer[Layer.TOOLS]
+    key = tuple(render.item_line(t) for t in tools)
+    frame = self._frames.get(key)
+    if frame is None:  # empty data sections carry no fence, so the frame depends on the tools alone
+      if len(self._frames) >= 64:
+        self._frames.clear()
+      frame = self._frames[key] = render.render_payload(
+          task=[], tools=tools, evidence=[], memory=[], budget="", user_request="", fence=fence,
+      )
     extra = count_parts(user_request.parts, self.counter) if user_request.parts else 0
     # +8: the BUDGET line's fixed phrase ("- context NN% used"); omissions are charged to their layer.
     self._skeleton = MESSAGE_OVERHEAD + sum(self.counter.count_many([frame, user_request.text])) + 1 + 8 + extra
@@ -860,7 +868,7 @@ class CompilerSession:
         else:
           st = {"status": "included"}
       row: dict[str, Any] = {
-          "id": it.id, "layer": it.layer.value, "kind": it.kind, "tokens": it.tokens,
+          "id": it.id, "layer": _LAYER_NAMES[it.layer], "kind": it.kind, "tokens": it.tokens,
           "score": it.score, "pointer": it.pointer(), **st,
       }
       if it.id in compressed:
@@ -873,18 +881,25 @@ class CompilerSession:
          "score": 0.0, "pointer": self.history[p].pointer(), "status": "included", "reason": "pinned (pending call or confirmation)"}
         for p in self._pinned if p < tail_start
     ]
-    uris = sorted({
-        i.provenance.source for i in items
-        if i.layer is Layer.EVIDENCE and i.provenance.source and i.provenance.source.startswith("artifact://")
-    })
+    uris: set[str] = set()
+    system_texts, tool_texts, tool_ids = [], [], []
+    for i in items:
+      if i.layer is Layer.EVIDENCE:
+        if i.provenance.source and i.provenance.source.startswith("artifact://"):
+          uris.add(i.provenance.source)
+      elif i.layer is Layer.SYSTEM:
+        system_texts.append(i.text)
+      elif i.layer is Layer.TOOLS:
+        tool_texts.append(i.text)
+        tool_ids.append(i.id)
     # Both hashes take their large parts as digests: the payload as its sha256,
     # the kept conversation as its id chain (sequence_digest), the system and
     # tool texts as the digest of their lists (memoised: they rarely change).
     payload_sha = "sha256:" + sha256_hex(payload)
-    output = {"payload": payload_sha, "conversation": conversation_sha, "tools": [i.id for i in items if i.layer is Layer.TOOLS]}
+    output = {"payload": payload_sha, "conversation": conversation_sha, "tools": tool_ids}
     prefix = {
-        "system": self._texts_digest(tuple(i.text for i in items if i.layer is Layer.SYSTEM)),
-        "tools": self._texts_digest(tuple(i.text for i in items if i.layer is Layer.TOOLS)),
+        "system": self._texts_digest(tuple(system_texts)),
+        "tools": self._texts_digest(tuple(tool_texts)),
         "conversation": conversation_sha,
     }
     return {
@@ -917,7 +932,7 @@ class CompilerSession:
         },
         "items": rows + pinned_rows,
         "truncation_events": events,
-        "artifact_uris": uris,
+        "artifact_uris": sorted(uris),
         "valid": not problems,
         "problems": problems,
         "input_sha256": input_sha,

@@ -97,7 +97,14 @@ def _initial_state() -> dict[str, Any]:
   }
 
 
-async def run_demo(out_dir: Path, *, window: int = 8192, turns: int = 30, model: Optional[str] = None) -> list[dict[str, Any]]:
+async def run_demo(
+    out_dir: Path, *, window: int = 8192, turns: int = 30, model: Optional[str] = None
+) -> tuple[Path, list[dict[str, Any]]]:
+  """Runs the demo session; returns its manifest folder and its verified manifests, in call order.
+
+  The folder is the one session's, so ``aether-frame inspect`` accepts it even
+  when ``out_dir`` holds other sessions (the memory-seeding one, earlier runs).
+  """
   out_dir.mkdir(parents=True, exist_ok=True)
   llm: Any = model if model else OfflineLlm(model="offline-demo", default=scripted_reply)
   agent = LlmAgent(
@@ -134,7 +141,8 @@ async def run_demo(out_dir: Path, *, window: int = 8192, turns: int = 30, model:
     manifests.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"{MANIFEST_FILENAME} v{v}"))
   if plugin.faults:
     raise RuntimeError(f"the context plugin recorded {plugin.faults} fault(s); see the log")
-  return manifests
+  # FileArtifactService's layout: apps/<app>/users/<user>/sessions/<session>/.
+  return out_dir / "apps" / APP_NAME / "users" / USER_ID / "sessions" / session.id, manifests
 
 
 def dropped_per_layer(doc: dict[str, Any]) -> dict[str, int]:
@@ -161,12 +169,12 @@ def main(out: str = "aether-frame-demo", window: int = 8192, turns: int = 30, mo
   if model and model.startswith("gemini") and not os.environ.get("GOOGLE_API_KEY"):
     raise SystemExit("--model gemini-… needs GOOGLE_API_KEY set; omit --model to run offline")
   out_dir = Path(out).resolve()
-  manifests = asyncio.run(run_demo(out_dir, window=window, turns=turns, model=model))
+  session_dir, manifests = asyncio.run(run_demo(out_dir, window=window, turns=turns, model=model))
   for n, doc in enumerate(manifests, 1):
     status = "valid" if doc["valid"] else "INVALID: " + "; ".join(doc["problems"])
     print(f"\ncall {n}  {doc['pack_id']}  agent={doc['agent']}  window={doc['window']}  "
           f"used {doc['totals']['pct_used']}%  {status}")
     print(format_table(doc))
   print(f"\n{len(manifests)} manifests written under {out_dir}")
-  print(f"inspect one with: aether-frame inspect {out_dir}")
+  print(f"inspect the last one with: aether-frame inspect {session_dir}")
   return 0

@@ -1,0 +1,36 @@
+"""The README's first command: ``aether-frame demo``, then ``inspect`` on what it prints."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from aether_frame import cli
+
+
+def test_demo_writes_verified_manifests_and_its_inspect_hint_works(tmp_path, capsys):
+  out = tmp_path / "demo"
+  assert cli.main(["demo", "--out", str(out), "--turns", "6"]) == 0
+  printed = capsys.readouterr().out
+  calls = re.findall(r"^call (\d+)\s+(pack_\w+)\s+agent=researcher\s+window=8192\s+used (\d+)%\s+(\S+)", printed, re.M)
+  assert len(calls) >= 6  # one per turn, more when a turn calls a tool
+  assert [int(n) for n, *_ in calls] == list(range(1, len(calls) + 1))
+  assert all(status == "valid" and 0 < int(pct) <= 100 for _, _, pct, status in calls)
+  assert f"{len(calls)} manifests written under {out.resolve()}" in printed
+
+  # The hint names the demo's own session, although the folder also holds the
+  # memory-seeding session's manifests.
+  hint = re.search(r"inspect the last one with: aether-frame inspect (\S+)", printed).group(1)
+  assert cli.main(["inspect", hint, "--json"]) == 0
+  doc = json.loads(capsys.readouterr().out)
+  assert doc["pack_id"] == calls[-1][1]
+  assert cli.main(["inspect", str(out)]) != 0  # ambiguous on purpose: two sessions
+  assert "holds 2 sessions" in capsys.readouterr().err
+
+
+def test_demo_refuses_gemini_without_an_api_key(tmp_path, monkeypatch):
+  monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+  with pytest.raises(SystemExit, match="GOOGLE_API_KEY"):
+    cli.main(["demo", "--out", str(tmp_path), "--model", "gemini-2.5-flash"])

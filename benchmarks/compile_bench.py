@@ -357,6 +357,7 @@ def bench_warm(setup: Setup, n_events: int, window: int, *, warmup: int, iters: 
   samples: list[int] = []
   pre: list[int] = []
   pack = None
+  last: Optional[tuple[int, int]] = None
   timed_out = None
   gc.collect()
   stop = time.perf_counter() + budget_s
@@ -376,6 +377,8 @@ def bench_warm(setup: Setup, n_events: int, window: int, *, warmup: int, iters: 
       timed_out = left
       break
     hint = pack.tail_start_id
+    last = (len(pack.conversation_ids), pack.tokens)
+    pack = None  # as in the plugin, the pack is dropped before the next call's history update
     (samples if i >= warmup else pre).append(t1 - t0)
     # Back to N events, so every sample is "the same session plus one new turn".
     session.truncate_history(base)
@@ -384,7 +387,7 @@ def bench_warm(setup: Setup, n_events: int, window: int, *, warmup: int, iters: 
   if not samples and pre:  # the budget ran out in warm-up: use what there is
     samples = pre[1:] or pre
   out = {"events": n_events, "window": window, "groups": base,
-         "kept": len(pack.conversation_ids) if pack else None, "tokens": pack.tokens if pack else None,
+         "kept": last[0] if last else None, "tokens": last[1] if last else None,
          **_stats(samples, timed_out if not samples else None)}
   return out
 

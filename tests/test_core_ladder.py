@@ -240,3 +240,25 @@ def test_tail_is_trimmed_in_chunks_and_the_prefix_is_stable_between_trims():
   pos = {f"h{i}": i for i in range(80)}
   jumps = [pos[starts[i]] - pos[starts[i - 1]] for i in changes if starts[i - 1] is not None]
   assert all(j >= 3 for j in jumps), jumps
+
+
+def test_kept_ids_of_a_returned_pack_survive_truncation_and_regrouping():
+  """conversation_ids is a view of the session's id list; cutting that list must not reach it."""
+  session = CompilerSession(PackPolicy(), COUNTER)
+  session.extend_history(_history(40))
+  call = CallInputs(items=_fixed(), window=1500, has_plan=True)
+  first = session.compile(call)
+  kept = list(first.conversation_ids)
+  assert 0 < len(kept) < 40 and first.conversation_ids == kept and kept == first.conversation_ids
+  # The plugin re-groups the last group each call: truncate, then add other groups in its place.
+  session.truncate_history(38)
+  session.extend_history([Item(id=f"x{i}", layer=Layer.CONVERSATION, role="user", parts=[{"text": "new"}]) for i in range(3)])
+  assert list(first.conversation_ids) == kept and len(first.conversation_ids) == len(kept)
+  assert first.conversation_ids[-1] == kept[-1] and first.conversation_ids[:2] == kept[:2]
+  assert "x0" not in first.conversation_ids and kept[0] in first.conversation_ids
+  session.reset_history()
+  assert list(first.conversation_ids) == kept
+  second = session.compile(call)  # an empty history keeps nothing
+  assert list(second.conversation_ids) == [] and second.conversation_ids != kept
+  with pytest.raises(IndexError):
+    second.conversation_ids[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -21,6 +22,7 @@ from .canonical import canonical_json, canonical_parts_json, chain_step, digest,
 from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
 from .items import Item, Layer
+from .kept_ids import KeptIds
 from .policy import OverflowPolicy, PackPolicy
 from .rank import HistoryIndex, Ranker, rank_layer
 from .select import select_within_budget
@@ -72,8 +74,8 @@ class CompiledPack:
   """The Pack Payload text for the final user message."""
   minimal_payload: str
   """System + task + request only: what the validity guard falls back to."""
-  conversation_ids: list[str]
-  """History group ids kept as the prior tail, chronological."""
+  conversation_ids: Sequence[str]
+  """History group ids kept as the prior tail, chronological (a ``KeptIds`` view)."""
   tail_start_id: Optional[str]
   tool_names: list[str]
   tool_overrides: dict[str, str]
@@ -176,6 +178,8 @@ class CompilerSession:
     self._norm_memo: dict[str, str] = {}
     self._frames: dict[tuple[str, ...], str] = {}
     self._ids: list[str] = []
+    self._views: list[weakref.ref[KeptIds]] = []
+    """``KeptIds`` of returned packs: released before ``_ids`` is cut, if still alive."""
     # Running hash of the kept conversation ids (see ``_conversation_digest``):
     # keyed by (tail start, chain head of the pinned ids before it), one link per kept group.
     self._kept_key: Optional[tuple[int, str]] = None
@@ -203,6 +207,7 @@ class CompilerSession:
     self._chain = [""]
     self._pos.clear()
     self._pinned.clear()
+    self._release_views(0)
     self._ids.clear()
     self._kept_key, self._kept_links = None, []
     if self.history_index is not None:
@@ -245,6 +250,7 @@ class CompilerSession:
     del self.history[n:]
     del self._cum[n + 1:]
     del self._chain[n + 1:]
+    self._release_views(n)
     del self._ids[n:]
     self._pinned = [p for p in self._pinned if p < n]
     if self._kept_key is not None:
@@ -255,6 +261,13 @@ class CompilerSession:
         del self._kept_links[n - start + 1:]
     if self.history_index is not None:
       self.history_index.truncate(n)
+
+  def _release_views(self, n: int) -> None:
+    for ref in self._views:
+      view = ref()
+      if view is not None:
+        view.release(n)
+    self._views = [r for r in self._views if r() is not None]
 
   def history_ids(self) -> list[str]:
     return list(self._ids)
@@ -447,9 +460,11 @@ class CompilerSession:
 
     problems = self._required(by_layer, call.has_plan)
     pinned_ids = [self._ids[p] for p in self._pinned if p < tail_start]
-    conversation_ids = self._ids[tail_start:]
-    if pinned_ids:  # pinned groups before the cut precede it; both ascending
-      conversation_ids = pinned_ids + conversation_ids
+    # Pinned groups before the cut precede it; both ascending. A view, not a copy (see KeptIds).
+    conversation_ids = KeptIds(pinned_ids, self._ids, tail_start, len(self._ids))
+    if len(self._views) >= 16:
+      self._views = [r for r in self._views if r() is not None]
+    self._views.append(weakref.ref(conversation_ids))
     manifest = self._manifest(
         call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
         input_sha, payload, self._conversation_digest(pinned_ids, tail_start), len(conversation_ids),

@@ -262,3 +262,23 @@ def test_kept_ids_of_a_returned_pack_survive_truncation_and_regrouping():
   assert list(second.conversation_ids) == [] and second.conversation_ids != kept
   with pytest.raises(IndexError):
     second.conversation_ids[0]
+
+
+def test_a_history_batch_that_fails_leaves_the_session_unchanged():
+  from aether_frame.retrieval import default_ranker
+
+  ranker = default_ranker()
+  session = CompilerSession(PackPolicy(), COUNTER, ranker=ranker, history_index=ranker.new_history_index())
+  session.extend_history(_history(3))
+  call = CallInputs(items=_fixed(), window=4000, has_plan=True)
+  before = session.compile(call)
+  bad = Item(id="bad", layer=Layer.CONVERSATION, role="user", text="x", tokens=3, meta={"n": float("nan")})
+  with pytest.raises(ValueError):  # meta that has no canonical JSON fails its digest
+    session.extend_history([Item(id="ok", layer=Layer.CONVERSATION, role="user", parts=[{"text": "fine"}]), bad])
+  with pytest.raises(ValueError, match="duplicate history id 'h1'"):
+    session.extend_history([Item(id="new", layer=Layer.CONVERSATION, role="user", text="y"), _history(2)[1]])
+  assert session.history_ids() == ["h0", "h1", "h2"] and len(session.history_index) == 3
+  after = session.compile(call)
+  assert after.payload == before.payload and after.manifest == before.manifest
+  session.extend_history([Item(id="ok", layer=Layer.CONVERSATION, role="user", parts=[{"text": "fine"}])])  # a retry works
+  assert session.history_ids()[-1] == "ok"

@@ -9,7 +9,7 @@ import pytest
 
 from aether_frame.core import manifest as manifest_doc
 from aether_frame.core.canonical import digest, sequence_digest, sha256_hex
-from aether_frame.core.compiler import CallInputs, CompileInput, compile_pack
+from aether_frame.core.compiler import CallInputs, CompileInput, _item_digest, compile_pack
 from aether_frame.core.items import Item, Layer, Provenance
 from aether_frame.core.policy import PackPolicy
 from aether_frame.tokenizers import get_counter
@@ -80,9 +80,20 @@ def test_payload_and_output_hashes_match_the_output():
   pack = _pack()
   m = pack.manifest
   assert m["payload_sha256"] == "sha256:" + sha256_hex(pack.payload)
-  conversation = sequence_digest(pack.conversation_ids)
+  groups = {g.id: g for g in _input().history}
+  conversation = sequence_digest([_item_digest(groups[g]) for g in pack.conversation_ids])
   payload = "sha256:" + sha256_hex(pack.payload)
   assert m["output_sha256"] == digest({"payload": payload, "conversation": conversation, "tools": ["tool:search"]})
+
+
+def test_prefix_hash_sees_a_kept_group_change_under_the_same_id():
+  """A pending call that gains its response keeps its group id; the prefix did change."""
+  inp = _input(window=100_000)
+  base = compile_pack(inp, COUNTER).manifest["prefix_sha256"]
+  changed = inp.model_copy(deep=True)
+  changed.history[-1] = changed.history[-1].model_copy(update={"parts": [{"text": "turn 39 rewritten"}]})
+  assert compile_pack(changed, COUNTER).manifest["prefix_sha256"] != base
+  assert compile_pack(inp, COUNTER).manifest["prefix_sha256"] == base
 
 
 def test_input_hash_tracks_inputs_but_not_run_metadata():

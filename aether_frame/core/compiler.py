@@ -178,9 +178,11 @@ class CompilerSession:
     self._norm_memo: dict[str, str] = {}
     self._frames: dict[tuple[str, ...], str] = {}
     self._ids: list[str] = []
+    self._digests: list[str] = []
+    """Per group ``_item_digest``: what the kept-conversation hash chains."""
     self._views: list[weakref.ref[KeptIds]] = []
     """``KeptIds`` of returned packs: released before ``_ids`` is cut, if still alive."""
-    # Running hash of the kept conversation ids (see ``_conversation_digest``):
+    # Running hash of the kept conversation (see ``_conversation_digest``):
     # keyed by (tail start, chain head of the pinned ids before it), one link per kept group.
     self._kept_key: Optional[tuple[int, str]] = None
     self._kept_links: list[str] = []
@@ -209,16 +211,21 @@ class CompilerSession:
     self._pinned.clear()
     self._release_views(0)
     self._ids.clear()
+    self._digests.clear()
     self._kept_key, self._kept_links = None, []
     if self.history_index is not None:
       self.history_index.truncate(0)
 
   def extend_history(self, groups: Sequence[Item]) -> None:
-    """Appends conversation groups (chronological). O(len(groups))."""
+    """Appends conversation groups (chronological). O(len(groups)).
+
+    All or nothing: everything that can fail (layer, duplicate ids, token
+    counts, digests of the free-form parts and meta) runs before the session
+    changes, so a bad batch leaves it as it was.
+    """
     groups = list(groups)
-    added: list[Item] = []
     fresh: set[str] = set()
-    for group in groups:  # validate all first: a bad batch leaves the session as it was
+    for group in groups:
       if group.layer is not Layer.CONVERSATION:
         raise ValueError(f"history item {group.id!r} is in layer {group.layer.value}, expected conversation")
       if group.id in self._pos or group.id in fresh:
@@ -226,23 +233,24 @@ class CompilerSession:
       fresh.add(group.id)
     uncounted = [g for g in groups if g.tokens is None]
     counted = dict(zip((g.id for g in uncounted), self._group_tokens_many(uncounted)))
-    for group in groups:
-      if group.tokens is None:
-        group = group.model_copy(update={"tokens": counted[group.id]})
+    costed = [g if g.tokens is not None else g.model_copy(update={"tokens": counted[g.id]}) for g in groups]
+    digests = [_item_digest(g) for g in costed]
+    for group, d in zip(costed, digests):
       pos = len(self.history)
       self.history.append(group)
       self._pos[group.id] = pos
       self._ids.append(group.id)
+      self._digests.append(d)
       self._cum.append(self._cum[-1] + group.tokens)
-      self._chain.append(sha256_hex(self._chain[-1] + _item_digest(group)))
+      self._chain.append(sha256_hex(self._chain[-1] + d))
       if group.pinned:
         self._pinned.append(pos)
-      added.append(group)
-    if self.history_index is not None and added:
-      self.history_index.add(added)
+    if self.history_index is not None and costed:
+      self.history_index.add(costed)
 
   def truncate_history(self, n: int) -> None:
     """Keeps the first ``n`` groups (the last one may be re-grouped by the caller)."""
+    n = max(0, n)
     if n >= len(self.history):
       return
     for group in self.history[n:]:
@@ -252,6 +260,7 @@ class CompilerSession:
     del self._chain[n + 1:]
     self._release_views(n)
     del self._ids[n:]
+    del self._digests[n:]
     self._pinned = [p for p in self._pinned if p < n]
     if self._kept_key is not None:
       start = self._kept_key[0]
@@ -276,21 +285,23 @@ class CompilerSession:
     """The costed history group with this id (KeyError if unknown)."""
     return self.history[self._pos[group_id]]
 
-  def _conversation_digest(self, pinned_ids: list[str], tail_start: int) -> str:
-    """``sequence_digest(pinned_ids + ids[tail_start:])``, kept incrementally.
+  def _conversation_digest(self, pinned: list[int], tail_start: int) -> str:
+    """``sequence_digest`` of the kept groups' digests (pinned ones first), kept incrementally.
 
-    The tail start moves only on a chunked trim, so between trims each call
-    adds one link instead of re-hashing thousands of ids.
+    Digests, not ids: a group can keep its id while its content changes (a
+    pending call that gains its response). The tail start moves only on a
+    chunked trim, so between trims each call adds one link instead of
+    re-hashing thousands of groups.
     """
     head = ""
-    for gid in pinned_ids:
-      head = chain_step(head, gid)
+    for pos in pinned:
+      head = chain_step(head, self._digests[pos])
     if self._kept_key != (tail_start, head):
       self._kept_key, self._kept_links = (tail_start, head), [head]
     links = self._kept_links
-    for pos in range(tail_start + len(links) - 1, len(self._ids)):
-      links.append(chain_step(links[-1], self._ids[pos]))
-    return "sha256:" + sha256_hex(links[len(self._ids) - tail_start])
+    for pos in range(tail_start + len(links) - 1, len(self._digests)):
+      links.append(chain_step(links[-1], self._digests[pos]))
+    return "sha256:" + sha256_hex(links[len(self._digests) - tail_start])
 
   # ------------------------------------------------------------------ compile
   def compile(self, call: CallInputs) -> CompiledPack:
@@ -459,7 +470,8 @@ class CompilerSession:
       )
 
     problems = self._required(by_layer, call.has_plan)
-    pinned_ids = [self._ids[p] for p in self._pinned if p < tail_start]
+    pinned_before = [p for p in self._pinned if p < tail_start]
+    pinned_ids = [self._ids[p] for p in pinned_before]
     # Pinned groups before the cut precede it; both ascending. A view, not a copy (see KeptIds).
     conversation_ids = KeptIds(pinned_ids, self._ids, tail_start, len(self._ids))
     if len(self._views) >= 16:
@@ -467,7 +479,7 @@ class CompilerSession:
     self._views.append(weakref.ref(conversation_ids))
     manifest = self._manifest(
         call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
-        input_sha, payload, self._conversation_digest(pinned_ids, tail_start), len(conversation_ids),
+        input_sha, payload, self._conversation_digest(pinned_before, tail_start), len(conversation_ids),
         tail_start, totals, problems,
     )
     minimal = render.render_payload(

@@ -472,3 +472,40 @@ async def test_memory_service_hits_land_fenced_in_memory():
   assert any("Zeta Corporation" in ln for ln in memory_section[1:-1])
   doc = (await _manifests(runner, fresh.id))[-1]
   assert any(r["layer"] == "memory" and r["status"] == "included" and r["pointer"].startswith("memory://") for r in doc["items"])
+
+
+class _InflateAnOldTurn(BasePlugin):
+  """Another plugin, ahead of ours, that rewrites an old content in place: same number of
+  contents, same first and last one, so the plugin's incremental history sync cannot see it."""
+
+  def __init__(self):
+    super().__init__("inflate_old_turn")
+    self.active = False
+
+  async def before_model_callback(self, *, callback_context, llm_request):
+    if self.active and len(llm_request.contents) > 3:
+      old = llm_request.contents[1]
+      llm_request.contents[1] = types.Content(role=old.role, parts=[types.Part(text="long answer " * 3000)])
+    return None
+
+
+async def test_the_guard_recounts_the_sent_request_and_catches_a_stale_history_view():
+  window = 4096
+  model = OfflineLlm(default="Short answer.")
+  ag, _ = agent(model=model)
+  inflate = _InflateAnOldTurn()
+  plugin = ContextPackPlugin(window=window)
+  runner = make_runner(ag, [inflate, plugin])
+  session = await new_session(runner)
+  for t in range(3):
+    await say(runner, session.id, f"Turn {t}: a short question.")
+  inflate.active = True
+  await say(runner, session.id, "Turn 3: and now?")
+  req = model.received[-1]
+  # The compiler still costs the old turn as short and keeps it; the guard's own recount of
+  # the rewritten request finds it over the window and sends the minimal safe pack instead.
+  assert count_request(req.contents, req.config, COUNTER) + _reserve(req, window) <= window
+  doc = (await _manifests(runner, session.id))[-1]
+  assert doc["runtime"]["guard"]["fallback"] is True
+  assert any("over the usable" in p for p in doc["runtime"]["guard"]["problems"])
+  assert plugin.faults == 0

@@ -18,7 +18,6 @@ import asyncio
 import json
 import math
 
-import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
@@ -184,14 +183,3 @@ def _check_call(case, message, sent, orig, fault, docs) -> None:
 def test_plugin_sent_request_fits_pairs_and_accounts(case):
   asyncio.run(_run(case))
 
-
-def test_count_request_with_a_counted_prefix_adds_only_the_rest():
-  contents = [types.Content(role="user", parts=[types.Part(text=f"turn {i} " * (i + 1))]) for i in range(4)]
-  config = types.GenerateContentConfig(system_instruction="Be brief.")
-  full = count_request(contents, config, COUNTER)
-  head = count_request(contents[:2], types.GenerateContentConfig(), COUNTER)
-  assert count_request(contents, config, COUNTER, counted=(2, head)) == full
-  with pytest.raises(ValueError, match="prefix of the 4 contents"):
-    count_request(contents, config, COUNTER, counted=(5, 0))
-  with pytest.raises(ValueError, match="counted"):
-    count_request(contents, config, COUNTER, counted=(1, -3))

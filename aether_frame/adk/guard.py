@@ -23,22 +23,8 @@ class GuardResult:
   tokens: int = 0
 
 
-def count_request(
-    contents: Sequence[types.Content],
-    config: types.GenerateContentConfig,
-    counter: TokenCounter,
-    *,
-    counted: tuple[int, int] = (0, 0),
-) -> int:
-  """Our tokenizer's count of the whole request: system + tools + contents.
-
-  ``counted = (n, tokens)``: the first ``n`` contents are already known to
-  cost ``tokens`` with this counter (the kept history, costed when it was
-  synced), so a warm call does not re-serialise thousands of contents.
-  """
-  skip, known = counted
-  if not 0 <= skip <= len(contents) or known < 0:
-    raise ValueError(f"counted={counted!r} does not describe a prefix of the {len(contents)} contents")
+def count_request(contents: Sequence[types.Content], config: types.GenerateContentConfig, counter: TokenCounter) -> int:
+  """Our tokenizer's count of the whole request: system + tools + contents."""
   total = counter.count(sources.system_text(config)) if config.system_instruction else 0
   decls = [
       d.model_dump(mode="json", exclude_none=True)
@@ -47,8 +33,7 @@ def count_request(
       for d in (tool.function_declarations or ())
   ]
   total += count_tool_declarations(decls, counter)
-  total += known
-  for c in contents[skip:]:
+  for c in contents:
     total += count_content(sources.content_dict(c), counter)
   return total
 
@@ -60,10 +45,12 @@ def check_request(
     *,
     usable: int,
     pending: frozenset[str] = frozenset(),
-    counted: tuple[int, int] = (0, 0),
 ) -> GuardResult:
-  """``pending``: call ids that had no response in the original request either;
-  ``counted``: see ``count_request``."""
+  """``pending``: call ids that had no response in the original request either.
+
+  The fit check recounts every content of the rewritten request itself, so
+  it holds even if the compiler's view of the history were stale.
+  """
   problems: list[str] = []
   open_calls: dict[str, int] = {}
   for i, c in enumerate(contents):
@@ -82,7 +69,7 @@ def check_request(
     problems.append("request has no contents")
   elif contents[-1].role != "user":
     problems.append(f"request ends with role {contents[-1].role!r}, expected 'user'")
-  tokens = count_request(contents, config, counter, counted=counted)
+  tokens = count_request(contents, config, counter)
   if tokens > usable:
     problems.append(f"request is {tokens} tokens, over the usable {usable}")
   return GuardResult(ok=not problems, problems=problems, tokens=tokens)

@@ -274,12 +274,9 @@ class ContextPackPlugin(BasePlugin):
     # REWRITE: build everything first, assign last, so a fault leaves the request untouched.
     history = contents[:anchor]
     kept: list[types.Content] = []
-    kept_tokens = 0
     for gid in pack.conversation_ids:
-      group = cache.compiler.history_group(gid)
-      s, e = group.meta["span"]
+      s, e = cache.compiler.history_group(gid).meta["span"]
       kept.extend(history[s:e])
-      kept_tokens += group.tokens  # costed from these very contents when synced
     payload_msg = types.Content(role="user", parts=[types.Part(text=pack.payload), *non_text])
     new_contents = kept + [payload_msg] + inflight_contents
     new_config = llm_request.config.model_copy(deep=False)
@@ -289,8 +286,7 @@ class ContextPackPlugin(BasePlugin):
       new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
 
     guard = check_request(
-        new_contents, new_config, self.counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
-        counted=(len(kept), kept_tokens),
+        new_contents, new_config, self.counter, usable=pack.manifest["usable"], pending=pending_calls(contents)
     )
     fallback = None
     if not guard.ok:

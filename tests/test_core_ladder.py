@@ -282,3 +282,15 @@ def test_a_history_batch_that_fails_leaves_the_session_unchanged():
   assert after.payload == before.payload and after.manifest == before.manifest
   session.extend_history([Item(id="ok", layer=Layer.CONVERSATION, role="user", parts=[{"text": "fine"}])])  # a retry works
   assert session.history_ids()[-1] == "ok"
+
+
+def test_per_session_memos_stay_the_size_of_one_call():
+  """A long session with ever-new memory items must not grow the compiler's memos."""
+  session = CompilerSession(PackPolicy(), COUNTER)
+  session.extend_history(_history(4))
+  for n in range(60):
+    memory = [Item(id=f"m{n}-{j}", layer=Layer.MEMORY, text=f"fact {n} {j}") for j in range(5)]
+    session.compile(CallInputs(items=_fixed() + memory, window=4000, has_plan=True))
+  per_call = len(_fixed()) + 5
+  for memo in (session._call_memo, session._norm_memo):
+    assert len(memo._prev) <= per_call and len(memo._cur) <= per_call

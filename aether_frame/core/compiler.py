@@ -87,8 +87,36 @@ class CompiledPack:
 
 
 _DIGEST_MEMO: dict[tuple, str] = {}
-_DIGEST_MEMO_MAX = 16384
-_CALL_MEMO_MAX = 4096
+_DIGEST_MEMO_MAX = 4096
+
+
+class _LastCallMemo:
+  """A memo that keeps only what the previous call used.
+
+  Call after call, a session re-sends the same system, task, tools and
+  evidence; a memo bounded to one call's entries reuses all of that without
+  growing with the session.
+  """
+
+  __slots__ = ("_prev", "_cur")
+
+  def __init__(self) -> None:
+    self._prev: dict = {}
+    self._cur: dict = {}
+
+  def get(self, key):
+    value = self._cur.get(key)
+    if value is None:
+      value = self._prev.get(key)
+      if value is not None:
+        self._cur[key] = value
+    return value
+
+  def put(self, key, value) -> None:
+    self._cur[key] = value
+
+  def next_call(self) -> None:
+    self._prev, self._cur = self._cur, {}
 _LAYER_NAMES = {layer: layer.value for layer in Layer}
 
 
@@ -170,12 +198,13 @@ class CompilerSession:
     self._chain: list[str] = [""]
     self._pos: dict[str, int] = {}
     self._pinned: list[int] = []
-    self._call_memo: dict[tuple, tuple[Item, str]] = {}
-    """Call item → (costed copy, digest); the plugin rebuilds equal items every call."""
-    self._recall_tokens: dict[tuple[int, str], int] = {}
+    self._call_memo = _LastCallMemo()
+    """Call item key → (costed copy, digest); the plugin rebuilds equal items every call."""
+    self._recall_tokens = _LastCallMemo()
     """(position, chain value) → token cost of that group's recall line."""
     self._text_digests: dict[tuple[str, ...], str] = {}
-    self._norm_memo: dict[str, str] = {}
+    self._norm_memo = _LastCallMemo()
+    """Evidence/memory text → its whitespace-collapsed form (the duplicate key)."""
     self._frames: dict[tuple[str, ...], str] = {}
     self._ids: list[str] = []
     self._digests: list[str] = []
@@ -306,6 +335,8 @@ class CompilerSession:
   # ------------------------------------------------------------------ compile
   def compile(self, call: CallInputs) -> CompiledPack:
     policy, counter = self.policy, self.counter
+    for memo in (self._call_memo, self._recall_tokens, self._norm_memo):
+      memo.next_call()
     events: list[dict[str, Any]] = []
     statuses: dict[str, dict[str, Any]] = {}
 
@@ -336,7 +367,11 @@ class CompilerSession:
     dup_of: dict[tuple[str, str], str] = {}
     for it in items:
       if it.layer in (Layer.EVIDENCE, Layer.MEMORY):
-        key = (it.layer.value, self._normalised(it.text))
+        norm = self._norm_memo.get(it.text)
+        if norm is None:
+          norm = " ".join(it.text.split())
+          self._norm_memo.put(it.text, norm)
+        key = (it.layer.value, norm)
         if not key[1]:
           self._event(events, statuses, "filter", it.layer.value, [it], "empty text")
           continue
@@ -501,7 +536,7 @@ class CompilerSession:
 
   # ---------------------------------------------------------------- helpers
   def _costed_call_items(self, items: list[Item]) -> tuple[list[Item], list[str]]:
-    """Costs call items and digests them, reusing both for items seen before."""
+    """Costs call items and digests them, reusing both for items of the previous call."""
     memo = self._call_memo
     out: list[Optional[Item]] = [None] * len(items)
     digests: list[str] = [""] * len(items)
@@ -514,12 +549,12 @@ class CompilerSession:
       else:
         out[i], digests[i] = hit
     if miss:
-      if len(memo) + len(miss) > _CALL_MEMO_MAX:
-        memo.clear()
       for i, item in zip(miss, self._costed([items[i] for i in miss])):
+        if item is items[i]:
+          item = item.model_copy()  # the caller's own object: a later change to it must not reach the memo
         out[i], digests[i] = item, _item_digest(item)
         if keys[i] is not None:
-          memo[keys[i]] = (item, digests[i])
+          memo.put(keys[i], (item, digests[i]))
     return out, digests  # type: ignore[return-value]
 
   def _costed(self, items: list[Item]) -> list[Item]:
@@ -582,12 +617,10 @@ class CompilerSession:
           meta={"group_id": group.id, "explain": explain}, tokens=self._recall_tokens.get((pos, self._chain[pos + 1])),
       ))
     out = self._costed(out)
-    if len(self._recall_tokens) > _CALL_MEMO_MAX:
-      self._recall_tokens.clear()
+    # A recall line's cost depends on the group alone (not on score or
+    # explanation); the chain value pins the group's content at ``pos``.
     for (pos, _, _), item in zip(hits, out):
-      # A recall line's cost depends on the group alone (not on score or
-      # explanation); the chain value pins the group's content at ``pos``.
-      self._recall_tokens[(pos, self._chain[pos + 1])] = item.tokens
+      self._recall_tokens.put((pos, self._chain[pos + 1]), item.tokens)
     return out
 
   def _skeleton_tokens(self, by_layer: dict[Layer, list[Item]], user_request: Item, fence: str) -> int:
@@ -601,7 +634,7 @@ class CompilerSession:
     key = tuple(render.item_line(t) for t in tools)
     frame = self._frames.get(key)
     if frame is None:  # empty data sections carry no fence, so the frame depends on the tools alone
-      if len(self._frames) >= 64:
+      if len(self._frames) >= 8:
         self._frames.clear()
       frame = self._frames[key] = render.render_payload(
           task=[], tools=tools, evidence=[], memory=[], budget="", user_request="", fence=fence,
@@ -838,20 +871,12 @@ class CompilerSession:
     }
     return payload, totals
 
-  def _normalised(self, text: str) -> str:
-    """Whitespace-collapsed text, the duplicate key of evidence and memory (memoised)."""
-    out = self._norm_memo.get(text)
-    if out is None:
-      if len(self._norm_memo) >= _CALL_MEMO_MAX:
-        self._norm_memo.clear()
-      out = self._norm_memo[text] = " ".join(text.split())
-    return out
 
   def _texts_digest(self, texts: tuple[str, ...]) -> str:
     """``digest(list(texts))``, memoised per session."""
     d = self._text_digests.get(texts)
     if d is None:
-      if len(self._text_digests) >= 64:
+      if len(self._text_digests) >= 8:
         self._text_digests.clear()
       d = self._text_digests[texts] = digest(list(texts))
     return d

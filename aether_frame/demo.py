@@ -141,7 +141,8 @@ async def run_demo(
     manifests.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"{MANIFEST_FILENAME} v{v}"))
   if plugin.faults:
     raise RuntimeError(f"the context plugin recorded {plugin.faults} fault(s); see the log")
-  # FileArtifactService's layout: apps/<app>/users/<user>/sessions/<session>/.
+  # FileArtifactService's layout (google-adk 2.13): apps/<app>/users/<user>/sessions/<session>/;
+  # tests/test_demo.py runs ``inspect`` on it, so a layout change fails loudly.
   return out_dir / "apps" / APP_NAME / "users" / USER_ID / "sessions" / session.id, manifests
 
 

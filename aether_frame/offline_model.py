@@ -8,7 +8,6 @@ gap to learn, as it would against Gemini.
 
 from __future__ import annotations
 
-import copy
 from typing import Any, AsyncGenerator, Callable, Optional, Union
 
 from google.adk.models.base_llm import BaseLlm

@@ -268,7 +268,7 @@ def methods(with_embedder: bool) -> tuple[list[tuple[str, Callable[[], Ranker]]]
 
 
 def format_table(title: str, results: Sequence[Result], budgets: Sequence[int]) -> str:
-  head = f"| method | " + " | ".join(f"R@{b}" for b in budgets) + " | questions | s/question |"
+  head = "| method | " + " | ".join(f"R@{b}" for b in budgets) + " | questions | s/question |"
   sep = "|---|" + "---:|" * len(budgets) + "---:|---:|"
   rows = [
       f"| {r.method} | " + " | ".join(f"{r.recall[b]:.3f}" for b in budgets) + f" | {r.questions} | {r.per_question:.4f} |"

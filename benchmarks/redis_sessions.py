@@ -23,7 +23,6 @@ import json
 from pathlib import Path
 import random
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time

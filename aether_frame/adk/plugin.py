@@ -24,10 +24,10 @@ from opentelemetry import trace
 from pydantic import ValidationError
 
 from ..calibration import Calibrator
-from ..core.compiler import CallInputs, CompiledPack, CompilerSession
+from ..core.compiler import CallInputs, CompilerSession
 from ..core.costing import TokenCounter
 from ..core.items import Item, Layer, Trust
-from ..core.policy import PackPolicy, ToolScoping
+from ..core.policy import PackPolicy
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows

@@ -334,7 +334,7 @@ class CompilerSession:
 
   # ------------------------------------------------------------------ compile
   def compile(self, call: CallInputs) -> CompiledPack:
-    policy, counter = self.policy, self.counter
+    policy = self.policy
     for memo in (self._call_memo, self._recall_tokens, self._norm_memo):
       memo.next_call()
     events: list[dict[str, Any]] = []

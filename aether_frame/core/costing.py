@@ -427,7 +427,10 @@ def count_tool_declarations(decls: Sequence[Mapping[str, Any]] | None, counter: 
 # numbers and punctuation-dense text such as JSON arrays (", 0" is 3 tokens in
 # 3 bytes), and CJK mixed with them ("0\n0\n的的的的" is 8 tokens in 16 bytes).
 # ~25 us per 300 chars; only used when no encoding loads.
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK = (
+    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+    "\uf900-\ufaff\uff65-\uff9f\U00020000-\U0002ffff"
+)  # Hangul Jamo, kana, Han (BMP and the supplementary planes), Hangul syllables, half-width kana
 _PIECES_RE = re.compile(rf"\d{{1,3}}|[{_CJK}]|[^\W\d_{_CJK}]+|[^\w\s]|\s*[\r\n]+|\s+(?!\S)|\s")
 
 

@@ -11,13 +11,12 @@ time ranges), so it is memoised per query. Both caches are bounded LRUs.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter, OrderedDict
 from typing import Any, Callable, Hashable, Optional
 
 from .modes import detect_mode
 from .temporal import TimeRange, has_time_expression, is_when_question, parse_time_range
-from .text import analyze, words
+from .text import PLAIN_WORDS, analyze, words
 from .weights import RetrievalWeights
 
 ND = 6
@@ -26,7 +25,6 @@ ND = 6
 CONVERSATIONAL_KINDS = frozenset({"recall", "turn", "pending", "conversation"})
 """Kinds whose items form a timeline (adjacency and continuity apply)."""
 
-_WORDS = re.compile(r"[a-z0-9]+")
 
 
 def rnd(x: float) -> float:
@@ -155,7 +153,7 @@ class QueryInfo:
   def __init__(self, query: str, weights: RetrievalWeights) -> None:
     self.text = query
     self.lower = query.lower()
-    self.words = frozenset(_WORDS.findall(self.lower))
+    self.words = frozenset(PLAIN_WORDS(self.lower))
     self.mode = detect_mode(query, self.words)
     self.ew = weights.for_mode(self.mode)
     self.profile = weights.modes.get(self.mode)
@@ -188,7 +186,7 @@ def _author_parts(author: str) -> list[str]:
   if parts is None:
     if len(_PARTS) > 4096:
       _PARTS.clear()
-    parts = _PARTS[author] = _WORDS.findall(author.lower())
+    parts = _PARTS[author] = PLAIN_WORDS(author.lower())
   return parts
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import AbstractSet, Optional
 
+from .text import PLAIN_WORDS
 from .weights import MODES
 
 PRECEDENCE: tuple[str, ...] = ("decision", "workflow", "project", "people", "conversation", "general")
@@ -72,7 +73,6 @@ def _starts(cues: tuple[str, ...]) -> Optional[tuple[str, ...]]:
 
 
 _STARTS = {mode: _starts(cues) for mode, cues in _CUES.items()}
-_WORD = re.compile(r"[a-z0-9]+")
 _WORD_CHAR = re.compile(r"\w").match
 
 
@@ -118,7 +118,7 @@ def mode_scores(query: str, words: Optional[AbstractSet[str]] = None) -> dict[st
     return {mode: len(pattern.findall(query)) for mode, pattern in _COMPILED.items()}
   lower = query.lower()
   if words is None:
-    words = set(_WORD.findall(lower))
+    words = set(PLAIN_WORDS(lower))
   at: dict[str, set[int]] = {}
   for word in words:
     for mode in _modes_starting(word):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import AbstractSet, Optional
 
-from .text import FOLD
+from .text import FOLD, PLAIN_WORDS
 
 DAY = 86400.0
 
@@ -203,7 +203,6 @@ def _position(m: re.Match[str]) -> int:
   return min(starts) if starts else m.start()
 
 
-_WORD = re.compile(r"[a-z0-9]+")
 _MONTH_WORDS = frozenset(MONTHS)
 _NEEDS: dict[str, frozenset] = {
     "ago": frozenset({"ago", "back", "earlier"}),
@@ -229,7 +228,7 @@ def _possible(query: str, words: Optional[AbstractSet[str]] = None) -> Optional[
   if not query.isascii():
     return None
   if words is None:
-    words = set(_WORD.findall(query.lower()))
+    words = set(PLAIN_WORDS(query.lower()))
   out = {kind for kind, need in _NEEDS.items() if not need.isdisjoint(words)}
   if not _MONTH_WORDS.isdisjoint(words):
     out.update(("day_month", "month_day", "month_year", "month", "month_bare"))

@@ -9,6 +9,10 @@ from __future__ import annotations
 import re
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+PLAIN_WORDS = re.compile(r"[a-z0-9]+").findall
+"""The ``[a-z0-9]+`` runs of a lower-cased text: the words the mode and time
+prefilters key on. One definition, so words a caller hands on are exactly the
+ones the callee would find."""
 
 FOLD = bytes(c + 32 if 65 <= c <= 90 else c if (97 <= c <= 122 or 48 <= c <= 57) else 32 for c in range(256))
 """Bytes table: upper case to lower, every byte that is not ``[a-z0-9]`` to a space."""

@@ -536,3 +536,30 @@ def test_data_gym_cache_dir_is_respected(tmp_path):
   assert out["warnings"] == []
   assert out["counts"] == [len(ENC.encode_ordinary(s)) for s in
                            ["hello world", "def f(x): return [1, 2, 3]", "人工智能是计算机科学的一个分支"]]
+
+
+# --- the guard's per-content count ---------------------------------------------
+from google.genai import types as genai_types  # noqa: E402
+
+from aether_frame.adk import sources  # noqa: E402
+from aether_frame.core.costing import count_content  # noqa: E402
+
+_part = st.one_of(
+    st.builds(lambda t: genai_types.Part(text=t), st.text(max_size=60)),  # the fast path
+    st.builds(lambda t: genai_types.Part(text=t, thought=True), st.text(max_size=30)),
+    st.builds(lambda n, q: genai_types.Part(function_call=genai_types.FunctionCall(name=n, args={"q": q})),
+              st.sampled_from(["search", "lookup"]), st.text(max_size=20)),
+    st.builds(lambda n: genai_types.Part(function_response=genai_types.FunctionResponse(name=n, response={"ok": True})),
+              st.sampled_from(["search", "lookup"])),
+    st.just(genai_types.Part(inline_data=genai_types.Blob(mime_type="image/png", data=b"\x89PNG"))),
+    st.builds(lambda t: genai_types.Part(text=t, inline_data=genai_types.Blob(mime_type="image/png", data=b"\x89PNG")),
+              st.text(max_size=20)),  # text plus another field: not plain text
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(_part, max_size=4), role=st.sampled_from(["user", "model"]))
+def test_content_tokens_equals_the_full_serialised_count(parts, role):
+  content = genai_types.Content(role=role, parts=parts)
+  counter = get_counter("o200k_base")
+  assert sources.content_tokens(content, counter) == count_content(sources.content_dict(content), counter)

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from google.genai import types
 
-from ..core.costing import TokenCounter, count_content, count_tool_declarations
+from ..core.costing import TokenCounter, count_tool_declarations
 from . import sources
 
 
@@ -34,7 +34,7 @@ def count_request(contents: Sequence[types.Content], config: types.GenerateConte
   ]
   total += count_tool_declarations(decls, counter)
   for c in contents:
-    total += count_content(sources.content_dict(c), counter)
+    total += sources.content_tokens(c, counter)
   return total
 
 

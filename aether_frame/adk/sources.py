@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 from google.genai import types
 
 from ..core.canonical import canonical_json
-from ..core.costing import TokenCounter, count_content
+from ..core.costing import MESSAGE_OVERHEAD, TokenCounter, count_content
 from ..core.items import Item, Layer, Provenance, Trust
 from .state_schema import KnowledgeItem, PlanState
 
@@ -29,6 +29,24 @@ def part_dict(part: types.Part) -> dict[str, Any]:
 
 def content_dict(content: types.Content) -> dict[str, Any]:
   return content.model_dump(mode="json", exclude_none=True)
+
+
+def content_tokens(content: types.Content, counter: TokenCounter) -> int:
+  """``count_content(content_dict(content))``, without serialising plain-text contents.
+
+  Dumping a whole ``Content`` with pydantic costs more than counting it, and
+  the guard counts every content of every request; a part that holds only a
+  ``text`` dumps to ``{"text": ...}``, so its text is counted directly.
+  """
+  texts = []
+  for part in content.parts or ():
+    text = part.text
+    if type(text) is not str or part.__pydantic_extra__ or any(
+        v is not None for k, v in part.__dict__.items() if k != "text"
+    ):
+      return count_content(content_dict(content), counter)
+    texts.append(text)
+  return MESSAGE_OVERHEAD + (sum(counter.count_many(texts)) if texts else 0)
 
 
 def fingerprint(content: types.Content) -> str:
@@ -146,7 +164,7 @@ def group_item(
   start, end = span
   chunk = contents[start:end]
   parts = [part_dict(p) for c in chunk for p in (c.parts or ())]
-  tokens = sum(count_content(content_dict(c), counter) for c in chunk)
+  tokens = sum(content_tokens(c, counter) for c in chunk)
   author = (info.author if info else None) or chunk[0].role
   ts = info.timestamp if info else None
   stamp = datetime.utcfromtimestamp(ts).strftime("%Y-%m-%d") if ts else "undated"

@@ -33,9 +33,7 @@ def count_request(contents: Sequence[types.Content], config: types.GenerateConte
       for d in (tool.function_declarations or ())
   ]
   total += count_tool_declarations(decls, counter)
-  for c in contents:
-    total += sources.content_tokens(c, counter)
-  return total
+  return total + sources.contents_tokens(contents, counter)
 
 
 def check_request(

@@ -31,22 +31,33 @@ def content_dict(content: types.Content) -> dict[str, Any]:
   return content.model_dump(mode="json", exclude_none=True)
 
 
-def content_tokens(content: types.Content, counter: TokenCounter) -> int:
-  """``count_content(content_dict(content))``, without serialising plain-text contents.
+_TEXT_ONLY = frozenset({"text"})
 
-  Dumping a whole ``Content`` with pydantic costs more than counting it, and
-  the guard counts every content of every request; a part that holds only a
-  ``text`` dumps to ``{"text": ...}``, so its text is counted directly.
+
+def contents_tokens(contents: Sequence[types.Content], counter: TokenCounter) -> int:
+  """``sum(count_content(content_dict(c)) for c in contents)``, with one counter call for plain text.
+
+  Dumping a ``Content`` with pydantic costs more than counting it, and the
+  guard counts every content of every request. A part whose only field is
+  ``text`` dumps to ``{"text": ...}`` (every other ``Part`` field defaults to
+  None), so such contents are costed from their texts, in one batch.
   """
-  texts = []
-  for part in content.parts or ():
-    text = part.text
-    if type(text) is not str or part.__pydantic_extra__ or any(
-        v is not None for k, v in part.__dict__.items() if k != "text"
-    ):
-      return count_content(content_dict(content), counter)
-    texts.append(text)
-  return MESSAGE_OVERHEAD + (sum(counter.count_many(texts)) if texts else 0)
+  total = 0
+  texts: list[str] = []
+  for content in contents:
+    plain: Optional[list[str]] = []
+    for part in content.parts or ():
+      if type(part.text) is str and part.__pydantic_fields_set__ <= _TEXT_ONLY and not part.__pydantic_extra__:
+        plain.append(part.text)
+      else:
+        plain = None
+        break
+    if plain is None:
+      total += count_content(content_dict(content), counter)
+    else:
+      texts.extend(plain)
+      total += MESSAGE_OVERHEAD
+  return total + (sum(counter.count_many(texts)) if texts else 0)
 
 
 def fingerprint(content: types.Content) -> str:
@@ -164,7 +175,7 @@ def group_item(
   start, end = span
   chunk = contents[start:end]
   parts = [part_dict(p) for c in chunk for p in (c.parts or ())]
-  tokens = sum(content_tokens(c, counter) for c in chunk)
+  tokens = contents_tokens(chunk, counter)
   author = (info.author if info else None) or chunk[0].role
   ts = info.timestamp if info else None
   stamp = datetime.utcfromtimestamp(ts).strftime("%Y-%m-%d") if ts else "undated"

@@ -23,6 +23,7 @@ from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
 from .items import Item, Layer
 from .kept_ids import KeptIds
+from .memo import BoundedMemo, LastCallMemo
 from .policy import OverflowPolicy, PackPolicy
 from .rank import HistoryIndex, Ranker, rank_layer
 from .select import select_within_budget
@@ -86,37 +87,7 @@ class CompiledPack:
   problems: list[str] = field(default_factory=list)
 
 
-_DIGEST_MEMO: dict[tuple, str] = {}
-_DIGEST_MEMO_MAX = 4096
-
-
-class _LastCallMemo:
-  """A memo that keeps only what the previous call used.
-
-  Call after call, a session re-sends the same system, task, tools and
-  evidence; a memo bounded to one call's entries reuses all of that without
-  growing with the session.
-  """
-
-  __slots__ = ("_prev", "_cur")
-
-  def __init__(self) -> None:
-    self._prev: dict = {}
-    self._cur: dict = {}
-
-  def get(self, key):
-    value = self._cur.get(key)
-    if value is None:
-      value = self._prev.get(key)
-      if value is not None:
-        self._cur[key] = value
-    return value
-
-  def put(self, key, value) -> None:
-    self._cur[key] = value
-
-  def next_call(self) -> None:
-    self._prev, self._cur = self._cur, {}
+_DIGEST_MEMO = BoundedMemo(4096)
 _LAYER_NAMES = {layer: layer.value for layer in Layer}
 
 
@@ -149,13 +120,7 @@ def _item_digest(item: Item) -> str:
   key = _fast_key(item)
   if key is None:
     return _digest(item)
-  key = key[:-1]  # the digest leaves out the token count
-  d = _DIGEST_MEMO.get(key)
-  if d is None:
-    if len(_DIGEST_MEMO) >= _DIGEST_MEMO_MAX:
-      _DIGEST_MEMO.clear()
-    d = _DIGEST_MEMO[key] = _digest(item)
-  return d
+  return _DIGEST_MEMO.get(key[:-1], lambda: _digest(item))  # the digest leaves out the token count
 
 
 def _digest(item: Item) -> str:
@@ -198,14 +163,14 @@ class CompilerSession:
     self._chain: list[str] = [""]
     self._pos: dict[str, int] = {}
     self._pinned: list[int] = []
-    self._call_memo = _LastCallMemo()
+    self._call_memo = LastCallMemo()
     """Call item key → (costed copy, digest); the plugin rebuilds equal items every call."""
-    self._recall_tokens = _LastCallMemo()
+    self._recall_tokens = LastCallMemo()
     """(position, chain value) → token cost of that group's recall line."""
-    self._text_digests: dict[tuple[str, ...], str] = {}
-    self._norm_memo = _LastCallMemo()
+    self._text_digests = BoundedMemo(8)
+    self._norm_memo = LastCallMemo()
     """Evidence/memory text → its whitespace-collapsed form (the duplicate key)."""
-    self._frames: dict[tuple[str, ...], str] = {}
+    self._frames = BoundedMemo(8)
     self._ids: list[str] = []
     self._digests: list[str] = []
     """Per group ``_item_digest``: what the kept-conversation hash chains."""
@@ -632,13 +597,10 @@ class CompilerSession:
     """
     tools = by_layer[Layer.TOOLS]
     key = tuple(render.item_line(t) for t in tools)
-    frame = self._frames.get(key)
-    if frame is None:  # empty data sections carry no fence, so the frame depends on the tools alone
-      if len(self._frames) >= 8:
-        self._frames.clear()
-      frame = self._frames[key] = render.render_payload(
-          task=[], tools=tools, evidence=[], memory=[], budget="", user_request="", fence=fence,
-      )
+    # Empty data sections carry no fence, so the frame depends on the tools alone.
+    frame = self._frames.get(key, lambda: render.render_payload(
+        task=[], tools=tools, evidence=[], memory=[], budget="", user_request="", fence=fence,
+    ))
     extra = count_parts(user_request.parts, self.counter) if user_request.parts else 0
     # +8: the BUDGET line's fixed phrase ("- context NN% used"); omissions are charged to their layer.
     self._skeleton = MESSAGE_OVERHEAD + sum(self.counter.count_many([frame, user_request.text])) + 1 + 8 + extra
@@ -874,12 +836,7 @@ class CompilerSession:
 
   def _texts_digest(self, texts: tuple[str, ...]) -> str:
     """``digest(list(texts))``, memoised per session."""
-    d = self._text_digests.get(texts)
-    if d is None:
-      if len(self._text_digests) >= 8:
-        self._text_digests.clear()
-      d = self._text_digests[texts] = digest(list(texts))
-    return d
+    return self._text_digests.get(texts, lambda: digest(list(texts)))
 
   @staticmethod
   def _required(by_layer, has_plan: bool) -> list[str]:

@@ -12,6 +12,7 @@ import time
 from typing import Iterable, Sequence
 
 from .items import Item
+from .memo import BoundedMemo
 
 HEADERS = (
     "ROLE/GOAL",
@@ -56,8 +57,7 @@ def _one_line(text: str) -> str:
   return " ".join(text.split())
 
 
-_LINE_MEMO: dict[tuple, str] = {}
-_LINE_MEMO_MAX = 8192
+_LINE_MEMO = BoundedMemo(8192)
 
 
 def item_line(item: Item) -> str:
@@ -68,12 +68,7 @@ def item_line(item: Item) -> str:
   """
   p = item.provenance
   key = (item.layer, item.kind, item.text, item.id, p.source, p.timestamp, p.author, item.meta.get("name") if item.meta else None)
-  line = _LINE_MEMO.get(key)
-  if line is None:
-    if len(_LINE_MEMO) >= _LINE_MEMO_MAX:
-      _LINE_MEMO.clear()
-    line = _LINE_MEMO[key] = _item_line(item)
-  return line
+  return _LINE_MEMO.get(key, lambda: _item_line(item))
 
 
 def _item_line(item: Item) -> str:

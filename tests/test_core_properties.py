@@ -98,18 +98,26 @@ def test_budget_exhausted_only_when_fixed_tiers_cannot_fit(inp, use_ranker):
   )
 
 
+def _both_or_same_error(first, second):
+  """Both compiles' packs, or None when both raised ``ContextBudgetExhausted`` with the same message."""
+  try:
+    a = first()
+  except ContextBudgetExhausted as e:
+    with pytest.raises(ContextBudgetExhausted) as again:
+      second()
+    assert str(again.value) == str(e)
+    return None
+  return a, second()
+
+
 @given(inp=compile_inputs(), use_ranker=st.booleans())
 def test_identical_inputs_give_identical_bytes(inp, use_ranker):
   """(d): a second compile, from the JSON replay of the input, with another counter instance."""
   replay = CompileInput.model_validate_json(inp.model_dump_json())
-  try:
-    first = _compile(inp, use_ranker)
-  except ContextBudgetExhausted as e:
-    with pytest.raises(ContextBudgetExhausted) as again:
-      _compile(replay, use_ranker, OTHER_COUNTER)
-    assert str(again.value) == str(e)
+  both = _both_or_same_error(lambda: _compile(inp, use_ranker), lambda: _compile(replay, use_ranker, OTHER_COUNTER))
+  if both is None:
     return
-  second = _compile(replay, use_ranker, OTHER_COUNTER)
+  first, second = both
   assert _bytes(first) == _bytes(second)
   assert first.conversation_ids == second.conversation_ids
 
@@ -132,13 +140,9 @@ def test_warm_incremental_session_equals_stateless_compile(inp, use_ranker, data
         session.truncate_history(back)
         session.extend_history(inp.history[back:i])
     session.extend_history([group])
-  try:
-    warm = session.compile(inp.call)
-  except ContextBudgetExhausted as e:
-    with pytest.raises(ContextBudgetExhausted) as cold_err:
-      _compile(inp, use_ranker, OTHER_COUNTER)
-    assert str(cold_err.value) == str(e)
+  both = _both_or_same_error(lambda: session.compile(inp.call), lambda: _compile(inp, use_ranker, OTHER_COUNTER))
+  if both is None:
     return
-  cold = _compile(inp, use_ranker, OTHER_COUNTER)
+  warm, cold = both
   assert _bytes(warm) == _bytes(cold)
   assert warm.tail_start_id == cold.tail_start_id

@@ -182,20 +182,22 @@ class CompilerSession:
     self._kept_links: list[str] = []
 
   # ----------------------------------------------------------------- collect
-  def _group_tokens(self, item: Item) -> int:
-    return self._group_tokens_many([item])[0]
+  def _costed_messages(self, items: Sequence[Item], **update: Any) -> list[Item]:
+    """Items with ``tokens`` filled in as whole messages (``update`` applied to those costed here).
 
-  def _group_tokens_many(self, items: Sequence[Item]) -> list[int]:
-    """Tokens of whole messages, counted in two batched passes (parts, plain text)."""
-    with_parts = [i for i, it in enumerate(items) if it.parts is not None]
-    plain = [i for i, it in enumerate(items) if it.parts is None]
-    out = [0] * len(items)
-    for i, n in zip(with_parts, count_parts_many([items[i].parts for i in with_parts], self.counter)):
-      out[i] = MESSAGE_OVERHEAD + n
+    Counted in two batched passes (parts, plain text); items that carry a
+    count already are returned as they are.
+    """
+    need = [it for it in items if it.tokens is None]
+    with_parts = [it for it in need if it.parts is not None]
+    plain = [it for it in need if it.parts is None]
+    tokens: dict[str, int] = {}
+    for it, n in zip(with_parts, count_parts_many([it.parts for it in with_parts], self.counter)):
+      tokens[it.id] = MESSAGE_OVERHEAD + n
     if plain:
-      for i, n in zip(plain, self.counter.count_many([items[i].text for i in plain])):
-        out[i] = MESSAGE_OVERHEAD + n
-    return out
+      for it, n in zip(plain, self.counter.count_many([it.text for it in plain])):
+        tokens[it.id] = MESSAGE_OVERHEAD + n
+    return [it if it.tokens is not None else it.model_copy(update={"tokens": tokens[it.id], **update}) for it in items]
 
   def reset_history(self) -> None:
     self.history.clear()
@@ -225,9 +227,7 @@ class CompilerSession:
       if group.id in self._pos or group.id in fresh:
         raise ValueError(f"duplicate history id {group.id!r}")
       fresh.add(group.id)
-    uncounted = [g for g in groups if g.tokens is None]
-    counted = dict(zip((g.id for g in uncounted), self._group_tokens_many(uncounted)))
-    costed = [g if g.tokens is not None else g.model_copy(update={"tokens": counted[g.id]}) for g in groups]
+    costed = self._costed_messages(groups)
     digests = [_item_digest(g) for g in costed]
     for group, d in zip(costed, digests):
       pos = len(self.history)
@@ -316,10 +316,7 @@ class CompilerSession:
         raise ValueError(f"duplicate item id {it.id!r}")
       seen_ids.add(it.id)
     items, item_digests = self._costed_call_items(items)
-    inflight = [
-        i if i.tokens is not None else i.model_copy(update={"tokens": self._group_tokens(i), "pinned": True})
-        for i in call.inflight
-    ]
+    inflight = self._costed_messages(call.inflight, pinned=True)
 
     # The fence depends on the payload's own inputs only, so the payload stays
     # byte-identical across the tool steps of one invocation; content cannot

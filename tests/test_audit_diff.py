@@ -54,7 +54,7 @@ def test_common_prefix_len_matches_a_plain_loop(a, b, shared):
 
 def test_diff_of_consecutive_calls_finds_the_cache_break(tmp_path, capsys):
   root = tmp_path / "artifacts"
-  run = asyncio.run(run_session(FileArtifactService(str(root)), 16, tools=False))
+  run = asyncio.run(run_session(FileArtifactService(str(root)), 16, tools=False, window=3072))
   live = [render_live(r).encode("utf-8") for r in run.model.received]
   assert len(live) == 16 and run.plugin.faults == 0
 
@@ -85,7 +85,7 @@ def test_diff_of_consecutive_calls_finds_the_cache_break(tmp_path, capsys):
       payload_seg = ("<<user>>\n" + _cj([{"text": calls[i - 1].pack.payload}]) + "\n").encode()
       assert live[i - 1].endswith(payload_seg) and expected >= len(live[i - 1]) - len(payload_seg)
       assert d.cache.segment == f"conversation {conv.added[0].id}"
-  assert trimmed >= 1, "the 4096-token window should force at least one trim in 16 long turns"
+  assert trimmed >= 1, "the 3072-token window should force at least one trim in 16 long turns"
 
   # The CLI: two calls of one session (LOCATION A B), and two manifests by reference.
   sess = root / "apps" / APP / "users" / USER / "sessions" / run.session_id

@@ -405,7 +405,7 @@ async def test_agent_level_callbacks_pack_every_call(tmp_path):
 async def test_a_restarted_plugin_keeps_the_cached_prefix():
   """A cold plugin (new process) on the same session sends the same history prefix as the warm one."""
   window = 3000
-  texts = [f"Turn {t}: " + "notes about vendor prices and rollout dates. " * 12 for t in range(16)]
+  texts = [f"Turn {t}: " + "notes about vendor prices and rollout dates. " * 12 for t in range(24)]
   model_a = OfflineLlm(default="Reply. " + "Understood, noted for the comparison. " * 4)
   ag_a, _ = agent(model=model_a)
   runner_a = make_runner(ag_a, [ContextPackPlugin(window=window)])

@@ -156,6 +156,8 @@ class CompilerSession:
     self.counter = counter
     self.ranker = ranker
     self.history_index = history_index
+    self._indexed = 0
+    """Groups in ``history_index``: the trimmed region of the last search (see ``_recall``)."""
     self._policy_hash = policy.policy_hash()
     self._skeleton = 0
     self.history: list[Item] = []
@@ -211,6 +213,7 @@ class CompilerSession:
     self._kept_key, self._kept_links = None, []
     if self.history_index is not None:
       self.history_index.truncate(0)
+    self._indexed = 0
 
   def extend_history(self, groups: Sequence[Item]) -> None:
     """Appends conversation groups (chronological). O(len(groups)).
@@ -239,8 +242,6 @@ class CompilerSession:
       self._chain.append(sha256_hex(self._chain[-1] + d))
       if group.pinned:
         self._pinned.append(pos)
-    if self.history_index is not None and costed:
-      self.history_index.add(costed)
 
   def truncate_history(self, n: int) -> None:
     """Keeps the first ``n`` groups (the last one may be re-grouped by the caller)."""
@@ -262,8 +263,9 @@ class CompilerSession:
         self._kept_key, self._kept_links = None, []
       else:
         del self._kept_links[n - start + 1:]
-    if self.history_index is not None:
+    if self.history_index is not None and n < self._indexed:
       self.history_index.truncate(n)
+      self._indexed = n
 
   def _release_views(self, n: int) -> None:
     for ref in self._views:
@@ -348,8 +350,9 @@ class CompilerSession:
     user_request = user_requests[0]
     query = user_request.text
 
-    # RANK: hybrid ranker for evidence/memory; recall hits from history.
-    recall = [] if self._history_fits(call, items, inflight) else self._recall(query, call.now)
+    # RANK: hybrid ranker for evidence/memory; recall hits from the trimmed history.
+    region = self._trimmed_region(call, items, inflight, by_layer, user_request, fence)
+    recall = self._recall(query, call.now, region) if region else []
     memory_all = by_layer[Layer.MEMORY] + recall
     ranked_evidence = rank_layer(by_layer[Layer.EVIDENCE], query=query, layer=Layer.EVIDENCE, ranker=self.ranker, now=call.now)
     ranked_memory = rank_layer(memory_all, query=query, layer=Layer.MEMORY, ranker=self.ranker, now=call.now)
@@ -362,41 +365,14 @@ class CompilerSession:
     ranked_memory = [i for i in ranked_memory if i.id not in over_ids]
 
     # ALLOCATE
-    reserve = reserve_for(policy, call.window, call.max_output_tokens)
-    skeleton = self._skeleton_tokens(by_layer, user_request, fence)
-    fixed = {
-        Layer.SYSTEM: sum(i.tokens for i in by_layer[Layer.SYSTEM]),
-        Layer.TASK: skeleton + sum(i.tokens for i in by_layer[Layer.TASK] if i.kind != "user_request"),
-        Layer.TOOLS: sum(i.tokens for i in by_layer[Layer.TOOLS]),
-    }
-    pinned_hist = sum(self.history[p].tokens for p in self._pinned)
-    pinned = {
-        Layer.CONVERSATION: sum(i.tokens for i in inflight) + pinned_hist,
-        Layer.EVIDENCE: sum(i.tokens for i in ranked_evidence if i.pinned),
-        Layer.MEMORY: sum(i.tokens for i in ranked_memory if i.pinned),
-    }
-    demands = {
-        Layer.CONVERSATION: self._cum[-1] - pinned_hist,
-        Layer.EVIDENCE: sum(i.tokens for i in ranked_evidence if not i.pinned) + self._overheads(ranked_evidence, False, fence),
-        Layer.MEMORY: sum(i.tokens for i in ranked_memory if not i.pinned) + self._overheads(ranked_memory, False, fence),
-    }
     try:
-      alloc = allocate(
-          policy, window=call.window, reserve=reserve, fixed_needs=fixed, pinned=pinned,
-          demands=demands, token_scale=call.token_scale,
-      )
+      alloc, pinned, demands = self._allocate(call, by_layer, user_request, fence, inflight, ranked_evidence, ranked_memory)
     except ContextBudgetExhausted:
       # Ladder step 2, last rungs: trim tool examples, tighten the step. Only
       # when the fixed tiers themselves do not fit; otherwise they are never cut.
       if not self._tighten_fixed(by_layer, events, statuses):
         raise
-      skeleton = self._skeleton_tokens(by_layer, user_request, fence)
-      fixed[Layer.TASK] = skeleton + sum(i.tokens for i in by_layer[Layer.TASK] if i.kind != "user_request")
-      fixed[Layer.TOOLS] = sum(i.tokens for i in by_layer[Layer.TOOLS])
-      alloc = allocate(
-          policy, window=call.window, reserve=reserve, fixed_needs=fixed, pinned=pinned,
-          demands=demands, token_scale=call.token_scale,
-      )
+      alloc, pinned, demands = self._allocate(call, by_layer, user_request, fence, inflight, ranked_evidence, ranked_memory)
     if policy.overflow is OverflowPolicy.FAIL_LOUD and any(
         alloc.budgets[layer.value] < demands[layer] + pinned[layer] for layer in demands
     ):
@@ -549,6 +525,35 @@ class CompilerSession:
     }
     return digest(body)
 
+  def _allocate(self, call, by_layer, user_request, fence, inflight, evidence, memory):
+    """Layer budgets for these evidence and memory candidates (order does not matter).
+
+    Returns (allocation, pinned tokens, demands) by layer; raises
+    ``ContextBudgetExhausted`` when the fixed tiers and the reserve overflow.
+    """
+    skeleton = self._skeleton_tokens(by_layer, user_request, fence)
+    fixed = {
+        Layer.SYSTEM: sum(i.tokens for i in by_layer[Layer.SYSTEM]),
+        Layer.TASK: skeleton + sum(i.tokens for i in by_layer[Layer.TASK] if i.kind != "user_request"),
+        Layer.TOOLS: sum(i.tokens for i in by_layer[Layer.TOOLS]),
+    }
+    pinned_hist = sum(self.history[p].tokens for p in self._pinned)
+    pinned = {
+        Layer.CONVERSATION: sum(i.tokens for i in inflight) + pinned_hist,
+        Layer.EVIDENCE: sum(i.tokens for i in evidence if i.pinned),
+        Layer.MEMORY: sum(i.tokens for i in memory if i.pinned),
+    }
+    demands = {
+        Layer.CONVERSATION: self._cum[-1] - pinned_hist,
+        Layer.EVIDENCE: sum(i.tokens for i in evidence if not i.pinned) + self._overheads(evidence, False, fence),
+        Layer.MEMORY: sum(i.tokens for i in memory if not i.pinned) + self._overheads(memory, False, fence),
+    }
+    alloc = allocate(
+        self.policy, window=call.window, reserve=reserve_for(self.policy, call.window, call.max_output_tokens),
+        fixed_needs=fixed, pinned=pinned, demands=demands, token_scale=call.token_scale,
+    )
+    return alloc, pinned, demands
+
   @staticmethod
   def _essential_first(ranked: list[Item]) -> list[Item]:
     """Evidence for checklist items is essential (select stage, seed 003)."""
@@ -556,19 +561,52 @@ class CompilerSession:
     return essential + [i for i in ranked if i.kind != "checklist_evidence"]
 
   def _history_fits(self, call: CallInputs, items: list[Item], inflight: list[Item]) -> bool:
-    """True when no turn was trimmed before and everything fits now: every
-    recall hit would already be in the tail, so searching is wasted work."""
-    if call.tail_hint is not None and self._pos.get(call.tail_hint, 0) > 0:
-      return False
+    """True when everything fits with room to spare, so no turn can be trimmed (a cheap check)."""
     reserve = reserve_for(self.policy, call.window, call.max_output_tokens)
     usable = math.floor((call.window - reserve) / call.token_scale) if call.window > reserve else 0
     need = self._cum[-1] + sum(i.tokens for i in inflight) + sum(i.tokens for i in items)
     # Generous slack for the payload frame, fences and BUDGET line.
     return need + 512 <= usable * 0.9
 
-  def _recall(self, query: str, now: Optional[float]) -> list[Item]:
-    if self.history_index is None or not self.history or not query.strip():
+  def _trimmed_region(self, call: CallInputs, items, inflight, by_layer, user_request, fence) -> int:
+    """How many of the oldest groups lie before this call's tail: what recall searches.
+
+    Recall offers turns the pack does not already carry, so it searches only
+    the trimmed groups. The tail never moves back past the previous call's
+    cut (see ``_tail``), so with a hint that cut is the region; a chunked trim
+    in this call leaves the newly cut turns unsearched for this one call.
+    Without a hint, the cut this call would make before recall adds its
+    demand (recall can only push the cut later, so no hit lands in the tail).
+    """
+    if not self.history:
+      return 0
+    if call.tail_hint is not None and call.tail_hint in self._pos:
+      return self._pos[call.tail_hint]
+    if self._history_fits(call, items, inflight):
+      return 0
+    memory = [i for i in by_layer[Layer.MEMORY] if i.kind != "recall"]
+    try:
+      alloc, pinned, demands = self._allocate(call, by_layer, user_request, fence, inflight, by_layer[Layer.EVIDENCE], memory)
+    except ContextBudgetExhausted:
+      return 0  # the fixed tiers overflow: no room for recall hits; the real allocation decides
+    budget = alloc.budgets["conversation"]
+    if demands[Layer.CONVERSATION] + pinned[Layer.CONVERSATION] > budget:
+      budget = max(0, budget - 8)
+    return self._tail(None, budget - sum(i.tokens for i in inflight))[0]
+
+  def _recall(self, query: str, now: Optional[float], region: int) -> list[Item]:
+    """The best older turns among the first ``region`` groups, as MEMORY ``recall`` items.
+
+    The index mirrors exactly those groups; the region moves only when the
+    tail is trimmed, so it is synced in rare chunks.
+    """
+    if self.history_index is None or not query.strip():
       return []
+    if region < self._indexed:
+      self.history_index.truncate(region)
+    elif region > self._indexed:
+      self.history_index.add(self.history[self._indexed:region])
+    self._indexed = region
     hits = self.history_index.search(query, k=self.policy.recall_top_k, now=now)
     out = []
     for pos, score, explain in hits:

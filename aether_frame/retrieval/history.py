@@ -128,8 +128,8 @@ class RecallIndex:
   def add(self, items: Sequence[Item]) -> None:
     """Queues ``items``; they are analysed and indexed by the next search.
 
-    Most warm calls never search (nothing was trimmed yet, see the compiler's
-    ``_history_fits``), so the analysis is paid only when recall runs.
+    The compiler adds turns only once they are trimmed from the tail, and
+    many sessions never trim; the analysis is paid only when recall runs.
     """
     self._items.extend(items)
 

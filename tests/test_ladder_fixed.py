@@ -72,3 +72,40 @@ def test_minimal_payload_has_task_but_no_data_sections():
   assert "STEP:\n- Do it." in pack.minimal_payload
   assert "<<<DATA" not in pack.minimal_payload
   assert pack.minimal_payload.endswith("USER REQUEST (VERBATIM):\nGo.")
+
+
+# -------------------------------------------- trim only the example clause
+def _trim(description: str) -> str:
+  decl = {"name": "t", "description": description, "parameters": {"type": "OBJECT"}}
+  return json.loads(trim_tool_examples(json.dumps(decl)))["description"]
+
+
+@pytest.mark.parametrize("description, expected", [
+    # The example clause goes; the sentence end and the instructions after it stay.
+    ("Look up a price, e.g. 'apple'. Must be called before checkout; never guess prices.",
+     "Look up a price. Must be called before checkout; never guess prices."),
+    ("A date, e.g. 2024-01-01; never a weekday name.", "A date; never a weekday name."),
+    # Parenthesised examples go with their brackets; a clause inside brackets stops at the bracket.
+    ("Look up a price (e.g. 'apple' or 'pear') before checkout.", "Look up a price before checkout."),
+    ("The city (a name, e.g. Paris) to check.", "The city (a name) to check."),
+    # An example sentence goes whole; dots inside code or after "e.g." do not end it.
+    ("Searches the notes. For example, search_notes('a.b') finds a.b notes. Always cite the note id.",
+     "Searches the notes. Always cite the note id."),
+    ("Example: use a city, e.g. Paris. Never guess the city.", "Never guess the city."),
+    # Line-oriented text: a newline ends the clause; an "Examples:" block ends at its last indented line.
+    ("Args:\n  query: what to find, e.g. 'x'\n  limit: max rows", "Args:\n  query: what to find\n  limit: max rows"),
+    ("Searches notes.\nExamples:\n  search_notes('x')\n  - search_notes('y')\nReturns: matching notes.",
+     "Searches notes.\nReturns: matching notes."),
+])
+def test_trim_removes_only_the_example_clause(description, expected):
+  assert _trim(description) == expected
+
+
+def test_trim_leaves_a_declaration_without_examples_byte_identical():
+  text = json.dumps({"name": "t", "description": "Returns:", "parameters": {"type": "OBJECT"}})
+  assert trim_tool_examples(text) == text
+
+
+def test_trim_keeps_for_example_used_as_prose():
+  text = "Never call this for example data. Call it for real orders, for example A-1."
+  assert _trim(text) == "Never call this for example data. Call it for real orders."

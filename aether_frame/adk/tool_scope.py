@@ -5,6 +5,8 @@ entries together (a smaller prompt, but the tool block changes per step);
 ``mask`` keeps every declaration byte-stable for the prompt cache and
 restricts ``allowed_function_names`` instead. Framework tools are never
 removed: agent transfer, structured output, task completion and skills.
+Scoping only narrows what the caller's ``tool_config`` already allows; it
+never re-enables or widens tool calling.
 """
 
 from __future__ import annotations
@@ -36,8 +38,24 @@ class ScopedTools:
   allowed: Optional[list[str]] = None
   removed: list[str] = field(default_factory=list)
   unknown: list[str] = field(default_factory=list)
+  skipped: Optional[str] = None
+  """Why mask scoping left ``tool_config`` as the caller set it, if it did."""
 
   def apply_config(self, config: types.GenerateContentConfig) -> types.GenerateContentConfig:
+    """Scopes ``config`` to the step; mask mode also settles ``allowed``/``skipped``.
+
+    Hard mode drops out-of-step declarations; a ``Tool`` that also carries
+    built-ins (code execution, search) keeps them when its declarations go.
+
+    Mask mode narrows the caller's ``function_calling_config`` and never
+    widens it: ``NONE`` stays off; ``ANY`` and ``VALIDATED`` keep their mode;
+    caller ``allowed_function_names`` are intersected (a protected tool the
+    caller left out is not added back); only an unset, ``AUTO`` or
+    ``MODE_UNSPECIFIED`` mode becomes ``VALIDATED``. An empty result is never
+    sent, since an empty allow-list reads as "any function" (or is rejected):
+    the config is left unchanged, ``allowed`` becomes ``None`` and ``skipped``
+    says why, for the manifest.
+    """
     if self.mode is ToolScoping.HARD and self.removed:
       keep = {d.name for d in self.declarations}
       tools = []
@@ -46,23 +64,52 @@ class ScopedTools:
           decls = [d for d in tool.function_declarations if d.name in keep]
           if decls:
             tools.append(tool.model_copy(update={"function_declarations": decls}))
+          elif tool.model_dump(exclude_none=True, exclude={"function_declarations"}):
+            tools.append(tool.model_copy(update={"function_declarations": None}))
         else:
           tools.append(tool)
       config.tools = tools
     elif self.mode is ToolScoping.MASK and self.allowed is not None:
-      tc = config.tool_config.model_copy(deep=True) if config.tool_config else types.ToolConfig()
-      tc.function_calling_config = types.FunctionCallingConfig(
-          mode=types.FunctionCallingConfigMode.VALIDATED, allowed_function_names=list(self.allowed)
-      )
-      config.tool_config = tc
+      self._mask(config)
     return config
+
+  def _mask(self, config: types.GenerateContentConfig) -> None:
+    modes = types.FunctionCallingConfigMode
+    fcc = config.tool_config.function_calling_config if config.tool_config else None
+    mode = fcc.mode if fcc else None
+    if mode is modes.NONE:
+      self._skip("function calling is off (mode NONE)")
+      return
+    names = list(self.allowed)
+    if fcc and fcc.allowed_function_names:
+      caller = set(fcc.allowed_function_names)
+      names = [n for n in names if n in caller]
+      if not names:
+        self._skip(f"no step tool is in the caller's allowed_function_names {sorted(caller)}")
+        return
+    elif not names:
+      self._skip("no step tool or framework tool is declared")
+      return
+    if mode not in (modes.ANY, modes.VALIDATED):
+      mode = modes.VALIDATED
+    update = {"mode": mode, "allowed_function_names": names}
+    tc = config.tool_config.model_copy(deep=True) if config.tool_config else types.ToolConfig()
+    tc.function_calling_config = fcc.model_copy(update=update) if fcc else types.FunctionCallingConfig(**update)
+    config.tool_config = tc
+    self.allowed = names
+
+  def _skip(self, reason: str) -> None:
+    self.skipped, self.allowed = reason, None
 
   def apply_tools_dict(self, llm_request) -> None:
     if self.mode is ToolScoping.HARD and self.removed:
       llm_request.tools_dict = {k: v for k, v in llm_request.tools_dict.items() if k not in set(self.removed)}
 
   def describe(self) -> dict[str, Any]:
-    return {"mode": self.mode.value, "allowed": self.allowed, "removed": self.removed, "unknown": self.unknown}
+    return {
+        "mode": self.mode.value, "allowed": self.allowed, "removed": self.removed, "unknown": self.unknown,
+        "skipped": self.skipped,
+    }
 
 
 def _declarations(config: types.GenerateContentConfig) -> list[types.FunctionDeclaration]:

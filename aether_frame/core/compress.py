@@ -56,18 +56,125 @@ def extractive_summary(text: str, query: str, target_tokens: int, count: Callabl
   return summary if len(chosen) == len(sentences) else summary + " …"
 
 
-_EXAMPLES = re.compile(r"(?is)(?:^|(?<=[\s.;:]))(?:examples?\s*:|for example\b|e\.g\.).*$")
+_EXAMPLE = re.compile(r"(?i)(?:^|(?<=[\s.;:,(\[]))(?:examples?[ \t]*:|for example\b|e\.g\.)")
+_NOT_A_SENTENCE_END = re.compile(r"(?i)\b(?:e\.g|i\.e)\.$")
+_BLOCK_LINE = re.compile(r"[ \t]|[-*\u2022][ \t]|>>>|\d+[.)][ \t]")
+_OPEN, _CLOSE, _QUOTES = "([{", ")]}", "'\"\u2019\u201d"
+_SEPARATORS = ",;\u2013\u2014-"
+
+
+def _ends_sentence(text: str, i: int) -> bool:
+  """Whether the ``.!?`` at ``i`` ends a sentence (not ``e.g.``, not ``a.b``)."""
+  if _NOT_A_SENTENCE_END.search(text[max(0, i - 5):i + 1]):
+    return False
+  j = i + 1
+  while j < len(text) and text[j] in _QUOTES:
+    j += 1
+  return j == len(text) or text[j].isspace()
+
+
+def _clause_end(text: str, i: int) -> int:
+  """Where the example starting at ``i`` ends: a sentence end, ``;``, a newline
+  or a bracket opened before it.
+
+  It errs short: a left-over example fragment costs a few tokens, a deleted
+  instruction changes what the model does.
+  """
+  depth = 0
+  for j in range(i, len(text)):
+    c = text[j]
+    if c == "\n" or (c in ".!?" and _ends_sentence(text, j)):
+      return j
+    if c in _OPEN:
+      depth += 1
+    elif c in _CLOSE:
+      if depth == 0:
+        return j
+      depth -= 1
+    elif c == ";" and depth == 0:
+      return j
+  return len(text)
+
+
+def _example_span(text: str, m: re.Match) -> tuple[int, int] | None:
+  """The span to delete for the example marker ``m``: its block, sentence,
+  brackets or clause, and nothing after that; ``None`` if it is no example."""
+  before = m.start()
+  while before and text[before - 1] in " \t":
+    before -= 1
+  at_line_start = before == 0 or text[before - 1] == "\n"
+  if (m.group().lower().startswith("for") and not at_line_start and text[before - 1] not in ".!?([:" + _SEPARATORS
+      and text[m.end():m.end() + 1] not in (",", ":")):
+    # "never call this for example data" is prose, not an example clause.
+    return None
+  if at_line_start or text[before - 1] in ".!?":
+    rest_of_line = text[m.end():].split("\n", 1)[0]
+    if m.group().endswith(":") and not rest_of_line.strip():
+      # An "Examples:" header: it and the indented or bulleted lines under it.
+      end = text.find("\n", m.end())
+      while end != -1:
+        nxt = text.find("\n", end + 1)
+        line = text[end + 1:] if nxt == -1 else text[end + 1:nxt]
+        if not (line.strip() and _BLOCK_LINE.match(line)):
+          break
+        end = nxt
+      if end == -1:
+        return m.start(), len(text)
+      return m.start(), end + 1 if at_line_start else end
+    # A sentence that is an example goes whole, with its terminator.
+    end = _clause_end(text, m.end())
+    if end < len(text) and text[end] == "\n":
+      return m.start(), end + 1 if at_line_start else end
+    if end < len(text) and text[end] not in _CLOSE:
+      end += 1
+    while end < len(text) and text[end] in " \t":
+      end += 1
+    return m.start(), end
+  end = _clause_end(text, m.end())
+  if text[before - 1] in "([":
+    # "(e.g. ...)": the brackets go too (an unclosed one as well).
+    start = before - 1
+    while start and text[start - 1] in " \t":
+      start -= 1
+    return start, end + 1 if end < len(text) and text[end] in _CLOSE else end
+  # "..., e.g. ...": the clause and its leading separator; the terminator stays.
+  start = before
+  if text[start - 1] in _SEPARATORS:
+    start -= 1
+    while start and text[start - 1] in " \t":
+      start -= 1
+  return start, end
 
 
 def _trim_description(text: str) -> str:
-  return _EXAMPLES.sub("", text).rstrip(" ;:,\n")
+  """``text`` without its example clauses, sentences and blocks.
+
+  Only the examples go: the sentence end and every instruction around them
+  stay, so the description still says what the tool must and must not do.
+  """
+  out, pos, changed = text, 0, False
+  while (m := _EXAMPLE.search(out, pos)) is not None:
+    span = _example_span(out, m)
+    if span is None:
+      pos = m.end()
+      continue
+    start, end = span
+    left, right = out[:start], out[end:]
+    if left.endswith(":") and right[:1] in (".", ";", "!", "?"):
+      left = left[:-1]
+    if not right or right[0] == "\n":
+      left = left.rstrip(" \t")
+    out, pos, changed = left + right, len(left), True
+  return out.strip().rstrip(" ;:,") if changed else text
 
 
 def trim_tool_examples(declaration_json: str) -> str:
   """Removes example passages from a tool declaration's descriptions.
 
-  The schema itself (names, types, required fields) is never touched, so
-  the trimmed tool is still callable exactly as before.
+  The schema itself (names, types, required fields) is never touched and
+  only the example clauses leave the descriptions, so the trimmed tool is
+  still callable exactly as before and keeps its usage rules. A declaration
+  without examples comes back byte-identical.
   """
   import json
 

@@ -44,25 +44,25 @@ def check_request(
     usable: int,
     pending: frozenset[str] = frozenset(),
 ) -> GuardResult:
-  """``pending``: call ids that had no response in the original request either.
+  """``pending``: ``pending_calls`` of the original request; those may stay open.
 
   The fit check recounts every content of the rewritten request itself, so
   it holds even if the compiler's view of the history were stale.
   """
   problems: list[str] = []
-  open_calls: dict[str, int] = {}
+  ledger = sources.OpenCalls()
   for i, c in enumerate(contents):
     calls, responses = sources.call_ids(c)
     for rid in responses:
-      if rid not in open_calls:
+      where = ledger.answer(rid)
+      if where is None:
         problems.append(f"function_response {rid} at content {i} has no preceding function_call")
-      elif open_calls[rid] != i - 1:
+      elif where != i - 1:
         problems.append(f"function_response {rid} at content {i} does not directly follow its call")
-      open_calls.pop(rid, None)
     for cid in calls:
-      open_calls[cid] = i
-  for cid in sorted(set(open_calls) - pending):
-    problems.append(f"function_call {cid} lost its function_response")
+      ledger.call(cid, i)
+  for label in sorted(set(_labels(ledger.remaining())) - pending):
+    problems.append(f"function_call {label} lost its function_response")
   if not contents:
     problems.append("request has no contents")
   elif contents[-1].role != "user":
@@ -74,11 +74,24 @@ def check_request(
 
 
 def pending_calls(contents: Sequence[types.Content]) -> frozenset[str]:
-  """Call ids with no response anywhere in ``contents`` (pending / long-running)."""
-  calls: set[str] = set()
-  answered: set[str] = set()
-  for c in contents:
-    cs, rs = sources.call_ids(c)
-    calls.update(cs)
-    answered.update(rs)
-  return frozenset(calls - answered)
+  """Labels of the calls no later response answers (pending / long-running).
+
+  Paired in order, as ``check_request`` pairs them: with Gemini's stripped
+  ids, a ``long_job`` answered earlier must not hide a pending ``long_job``.
+  """
+  return frozenset(_labels(sources.unanswered_calls(contents)))
+
+
+def _labels(open_calls: Sequence[tuple[int, str]]) -> list[str]:
+  """``key`` for a key's first open call, ``key#n`` for its n-th.
+
+  Calls to one tool share a key once ids are stripped, so each open call is
+  labelled by its rank: a request with two open ``long_job`` calls is not
+  excused by an original with one.
+  """
+  seen: dict[str, int] = {}
+  out = []
+  for _, key in open_calls:
+    seen[key] = n = seen.get(key, 0) + 1
+    out.append(key if n == 1 else f"{key}#{n}")
+  return out

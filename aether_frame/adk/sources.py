@@ -22,6 +22,13 @@ from .state_schema import KnowledgeItem, PlanState
 
 CONFIRMATION_CALL = "adk_request_confirmation"
 
+try:  # the opening ADK 2.x gives another agent's relayed turn
+  from google.adk.flows.llm_flows.context._fencing import OTHER_AGENT_CONTEXT_PREAMBLE
+except ImportError:  # pragma: no cover - older ADK
+  OTHER_AGENT_CONTEXT_PREAMBLE = None
+# "For context:" alone is what ADK 1.x sends.
+_OTHER_AGENT_OPENINGS = frozenset(t for t in ("For context:", OTHER_AGENT_CONTEXT_PREAMBLE) if t)
+
 
 def part_dict(part: types.Part) -> dict[str, Any]:
   return part.model_dump(mode="json", exclude_none=True)
@@ -73,29 +80,47 @@ def is_human_user(content: types.Content) -> bool:
   return content.role == "user" and not has_response(content)
 
 
-def _texts(content: types.Content) -> list[str]:
-  return [p.text for p in content.parts or () if p.text]
+def is_other_agent_context(content: types.Content) -> bool:
+  """ADK's relay of another agent's turn as a user-role content, not a human turn.
+
+  ADK's contents builder opens such a content with a fixed text part
+  (``_OTHER_AGENT_OPENINGS``) and relays each of the agent's parts as a text
+  starting ``[<agent>]`` or as the media / code part itself.
+  """
+  parts = content.parts or ()
+  return (
+      content.role == "user" and len(parts) >= 2
+      and parts[0].text in _OTHER_AGENT_OPENINGS
+      and all(p.text is None or p.text.startswith("[") for p in parts[1:])
+  )
 
 
 def anchor_index(contents: Sequence[types.Content], user_content: Optional[types.Content] = None) -> Optional[int]:
   """The invocation's user turn.
 
-  The content matching the invocation's own user message when it is present
-  (after an agent transfer, later user-role "For context:" messages are part
-  of the invocation, not the request); otherwise the last human user content.
+  The content equal to the invocation's own user message when it is present,
+  found as ADK finds it (``==`` on the whole content, so an image-only message
+  matches too); after an agent transfer, later user-role "For context:"
+  contents are part of the invocation, not the request. Otherwise the last
+  human user content that is not such a relay.
   """
-  if user_content is not None and _texts(user_content):
-    want = _texts(user_content)
+  if user_content is not None:
     for i in range(len(contents) - 1, -1, -1):
-      if is_human_user(contents[i]) and _texts(contents[i]) == want:
+      if contents[i] == user_content and is_human_user(contents[i]):
         return i
   for i in range(len(contents) - 1, -1, -1):
-    if is_human_user(contents[i]):
+    if is_human_user(contents[i]) and not is_other_agent_context(contents[i]):
       return i
   return None
 
 
 def call_ids(content: types.Content) -> tuple[list[str], list[str]]:
+  """Pairing keys of the content's calls and responses.
+
+  A call's id, or ``name:<tool>`` when it has none: for Gemini, ADK strips its
+  ``adk-`` client ids before the request is built, so every call to one tool
+  shares a key and only the order of the contents pairs them.
+  """
   calls, responses = [], []
   for p in content.parts or ():
     if p.function_call is not None:
@@ -105,43 +130,80 @@ def call_ids(content: types.Content) -> tuple[list[str], list[str]]:
   return calls, responses
 
 
-def _is_pinned_call(content: types.Content, answered: set[str]) -> bool:
-  for p in content.parts or ():
-    fc = p.function_call
-    if fc is None:
-      continue
-    if fc.name == CONFIRMATION_CALL:
-      return True
-    if (fc.id or f"name:{fc.name}") not in answered:
-      return True
-  return False
+class OpenCalls:
+  """The function calls not yet answered, in a walk over contents in order.
+
+  A response answers the latest open call with its key: ADK puts every
+  response directly after its call, and where ids are stripped that order is
+  the provider's only pairing. Calls are counted, not collected in a set, so
+  parallel calls to one tool pair one for one and a tool answered earlier
+  does not answer a later pending call.
+  """
+
+  def __init__(self):
+    self._open: dict[str, list[int]] = {}
+
+  def call(self, key: str, where: int) -> None:
+    self._open.setdefault(key, []).append(where)
+
+  def answer(self, key: str) -> Optional[int]:
+    """Closes the latest open call with ``key``; returns where it was, or None."""
+    stack = self._open.get(key)
+    if not stack:
+      return None
+    where = stack.pop()
+    if not stack:
+      del self._open[key]
+    return where
+
+  def remaining(self) -> list[tuple[int, str]]:
+    """``(where, key)`` of every call still open, in order."""
+    return sorted((where, key) for key, stack in self._open.items() for where in stack)
+
+
+def unanswered_calls(contents: Sequence[types.Content]) -> list[tuple[int, str]]:
+  """``(content index, key)`` of each call no later response answers (pending calls)."""
+  ledger = OpenCalls()
+  for i, content in enumerate(contents):
+    calls, responses = call_ids(content)
+    for rid in responses:
+      ledger.answer(rid)
+    for cid in calls:
+      ledger.call(cid, i)
+  return ledger.remaining()
+
+
+def _is_pinned(chunk: Sequence[types.Content]) -> bool:
+  """A group holding a confirmation request or a pending call.
+
+  Decided within the group: ``group_spans`` puts every response in the group
+  of the call it answers, so a call left open in its group is open for good.
+  """
+  if any(p.function_call is not None and p.function_call.name == CONFIRMATION_CALL for c in chunk for p in c.parts or ()):
+    return True
+  return bool(unanswered_calls(chunk))
 
 
 def group_spans(contents: Sequence[types.Content]) -> list[tuple[int, int]]:
   """[start, end) spans; a content answering earlier calls joins their span."""
   spans: list[list[int]] = []
-  open_calls: dict[str, int] = {}
+  ledger = OpenCalls()
   for i, content in enumerate(contents):
     calls, responses = call_ids(content)
-    joined = None
+    first = None  # the earliest content whose call this one answers
     for rid in responses:
-      if rid in open_calls:
-        joined = open_calls[rid] if joined is None else min(joined, open_calls[rid])
-    if joined is not None:
+      where = ledger.answer(rid)
+      if where is not None and (first is None or where < first):
+        first = where
+    if first is None:
+      spans.append([i, i + 1])
+    else:
       # Merge every span from the call's span to here into one group.
-      while len(spans) - 1 > joined:
-        spans[-2][1] = spans[-1][1]
+      while spans[-1][0] > first:
         spans.pop()
       spans[-1][1] = i + 1
-      for cid, idx in list(open_calls.items()):
-        if idx > joined:
-          open_calls[cid] = joined
-    else:
-      spans.append([i, i + 1])
     for cid in calls:
-      open_calls[cid] = len(spans) - 1
-    for rid in responses:
-      open_calls.pop(rid, None)
+      ledger.call(cid, i)
   return [(s, e) for s, e in spans]
 
 
@@ -172,6 +234,11 @@ def group_item(
     answered: set[str],
     fps: Sequence[str],
 ) -> Item:
+  """One conversation group as an Item; pinned if it holds a pending call or a confirmation.
+
+  ``answered`` is not used: whether a call is answered is decided within its
+  group (see ``_is_pinned``). It stays for callers that still pass it.
+  """
   start, end = span
   chunk = contents[start:end]
   parts = [part_dict(p) for c in chunk for p in (c.parts or ())]
@@ -179,7 +246,7 @@ def group_item(
   author = (info.author if info else None) or chunk[0].role
   ts = info.timestamp if info else None
   stamp = datetime.utcfromtimestamp(ts).strftime("%Y-%m-%d") if ts else "undated"
-  pinned = any(_is_pinned_call(c, answered) for c in chunk)
+  pinned = _is_pinned(chunk)
   return Item(
       id=f"t{start}-{fps[start]}",
       layer=Layer.CONVERSATION,
@@ -196,6 +263,11 @@ def group_item(
 
 
 def answered_ids(contents: Sequence[types.Content]) -> set[str]:
+  """Keys of the responses in ``contents``.
+
+  Not a pairing: with stripped ids one key covers every call to a tool, so
+  use ``unanswered_calls`` to tell which calls are pending.
+  """
   out: set[str] = set()
   for c in contents:
     out.update(call_ids(c)[1])

@@ -222,23 +222,31 @@ async def test_both_workers_compile_the_same_pack(redis_url):
 
 def test_sync_runner_run_uses_a_new_loop_per_call(redis_url):
   # Runner.run() drives each call on a fresh event loop in a thread; a store
-  # built from a URL must not reuse a client bound to a previous loop.
-  sessions = RedisSessionService(redis_url)
+  # built from a URL must not reuse a client bound to a previous loop, nor
+  # keep the connections of loops that are gone.
+  sessions = RedisSessionService(redis_url + "?client_name=sync-runner")
+  server = redis.Redis.from_url(redis_url)
   llm = FixedLlm(seen=[])
   runner = Runner(
       app=App(name=APP, root_agent=LlmAgent(name="helper", model=llm)),
       session_service=sessions, auto_create_session=True,
   )
+  connected = []
   for text in ("first question", "second question", "third question"):
     events = list(runner.run(
         user_id=USER, session_id="sync-session",
         new_message=types.Content(role="user", parts=[types.Part(text=text)]),
     ))
     assert events[-1].content.parts[0].text == "You are studying graphs."
+    assert len(sessions._conn._per_loop) == 1
+    connected.append(sum(
+        1 for c in server.client_list() if c.get("name") == "sync-runner"))
+  assert connected[0] > 0 and max(connected) == connected[0], connected
   assert "first question" in llm.seen[-1] and "second question" in llm.seen[-1]
   stored = asyncio.run(sessions.get_session(
       app_name=APP, user_id=USER, session_id="sync-session"))
   assert len(stored.events) == 6
+  server.close()
 
 
 if __name__ == "__main__":

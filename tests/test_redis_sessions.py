@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import multiprocessing
+import os
 import statistics
 import threading
 import time
@@ -578,6 +580,97 @@ async def test_redelivered_event_is_idempotent(svc):
     await svc.append_event(older, ev("e4"))
 
 
+async def test_stale_copy_resending_anothers_event_is_stale(svc):
+  await svc.create_session(app_name=APP, user_id="u", session_id="s1")
+  stale = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  fresh = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  await svc.append_event(fresh, ev("e1", delta={"x": 1}))
+  lost_reply = copy.deepcopy(fresh)  # at version 1, like a writer whose
+  e2 = ev("e2")                      # append of e2 got no reply
+  await svc.append_event(fresh, copy.deepcopy(e2))
+  # The copy that missed e1 must not be caught up by re-sending e2.
+  with pytest.raises(StaleSessionError):
+    await svc.append_event(stale, copy.deepcopy(e2))
+  assert stale._storage_update_marker == "0" and stale.events == []
+  with pytest.raises(StaleSessionError):
+    await svc.append_event(stale, ev("e3", delta={"x": 2}))
+  # The writer that stored e2 and the one that lost the reply may resend it.
+  await svc.append_event(fresh, copy.deepcopy(e2))
+  await svc.append_event(lost_reply, copy.deepcopy(e2))
+  assert [e.id for e in lost_reply.events] == ["e1", "e2"]
+  assert lost_reply._storage_update_marker == "2"
+  g = await svc.get_session(app_name=APP, user_id="u", session_id="s1")
+  assert [e.id for e in g.events] == ["e1", "e2"]
+  assert g.state == {"x": 1} and g._storage_update_marker == "2"
+
+
+async def test_expired_sessions_leave_the_user_index(redis_url):
+  r = sync_client(redis_url)
+  index = b"aether:{app:u}:sessions"
+  # The session kept alive keeps the index key alive too; creates alone must
+  # still keep it from growing with every expired session.
+  svc = RedisSessionService(redis_url, ttl_seconds=100)
+  live = await svc.create_session(app_name=APP, user_id="u", session_id="live")
+  for i in range(20):
+    await svc.create_session(app_name=APP, user_id="u", session_id=f"s{i:02}")
+    await svc.append_event(live, ev(f"e{i}"))
+    for key in r.keys(f"aether:{{app:u}}:session:s{i:02}*"):
+      r.pexpire(key, 1)  # expires now instead of in 100 s
+    await asyncio.sleep(0.005)
+    assert r.zcard(index) <= 3
+  listed = await svc.list_sessions(app_name=APP, user_id="u")
+  assert [x.id for x in listed.sessions] == ["live"]
+  assert r.zrange(index, 0, -1) == [b"live"]
+  await svc._prune(APP, "u", ["live"])  # re-checked: a live id stays
+  assert r.zrange(index, 0, -1) == [b"live"]
+  await svc.close()
+  r.close()
+
+
+def _open_fds() -> int:
+  return len(os.listdir("/proc/self/fd"))
+
+
+def _clients_named(port: int, name: str) -> int:
+  r = redis.Redis(host="127.0.0.1", port=port)
+  try:
+    return sum(1 for c in r.client_list() if c.get("name") == name)
+  finally:
+    r.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+@pytest.mark.parametrize("cluster", [False, True], ids=["single", "cluster"])
+def test_a_new_loop_per_call_does_not_leak_clients(request, cluster):
+  # ADK's sync Runner.run() runs every call in asyncio.run(); each closed
+  # loop leaves a client the service must drop along with its sockets.
+  server = request.getfixturevalue(
+      "cluster_redis_server" if cluster else "redis_server")
+  server.flush()
+  url = f"redis://127.0.0.1:{server.port}/0?client_name=per-loop"
+  svc = RedisSessionService(url, cluster=cluster)
+
+  async def call(i):
+    # Concurrent calls, so each loop's client opens several connections.
+    await asyncio.gather(*(
+        svc.create_session(app_name=APP, user_id="u", session_id=f"{i}-{j}")
+        for j in range(3)))
+
+  asyncio.run(call(0))
+  gc.collect()
+  fds, clients = _open_fds(), _clients_named(server.port, "per-loop")
+  assert clients >= 3
+  for i in range(1, 13):
+    asyncio.run(call(i))
+    assert len(svc._conn._per_loop) == 1
+    assert _clients_named(server.port, "per-loop") <= clients
+  gc.collect()
+  assert _open_fds() <= fds
+  asyncio.run(svc.close())  # on a new loop: still drops the last loop's
+  assert _clients_named(server.port, "per-loop") == 0
+  assert svc._conn._per_loop == {}
+
+
 async def test_num_recent_events_cost_does_not_grow_with_history(svc):
   async def build(sid, n):
     s = await svc.create_session(app_name=APP, user_id="u", session_id=sid)
@@ -633,6 +726,30 @@ async def test_cluster_mode_keeps_each_script_in_one_slot(
   await svc.delete_session(app_name=APP, user_id="u", session_id=s.id)
   assert await svc.get_session(
       app_name=APP, user_id="u", session_id=s.id) is None
+  await client.aclose()
+
+
+async def test_cluster_appends_refresh_the_ttl_of_app_keys(
+    cluster_redis_server,
+):
+  # App keys sit in another slot than the session; an append without an
+  # `app:` delta must still keep them from expiring under an active session.
+  cluster_redis_server.flush()
+  client = RedisCluster(host="127.0.0.1", port=cluster_redis_server.port)
+  svc = RedisSessionService(client, ttl_seconds=100)
+  s = await svc.create_session(
+      app_name=APP, user_id="u", state={"app:a": 1, "user:b": 2})
+  r = redis.Redis(host="127.0.0.1", port=cluster_redis_server.port)
+  for key in r.keys("*"):
+    r.pexpire(key, 5_000)
+  await svc.append_event(s, ev("e1", delta={"k": 1}))
+  ttls = {key: r.pttl(key) for key in r.keys("*")}
+  assert len(ttls) == 7
+  assert all(90_000 < t <= 100_000 for t in ttls.values()), ttls
+  listed = await svc.list_sessions(app_name=APP)
+  assert [(x.id, x.state) for x in listed.sessions] == [
+      (s.id, {"app:a": 1, "user:b": 2, "k": 1})]
+  r.close()
   await client.aclose()
 
 

@@ -7,11 +7,12 @@ reports Redis failures the same way.
 from __future__ import annotations
 
 import asyncio
+import logging
+import socket
 from typing import Any
 from typing import Iterable
 from typing import Sequence
 from urllib.parse import quote
-import weakref
 
 import redis
 from redis import exceptions as redis_errors
@@ -23,6 +24,8 @@ from redis.backoff import ExponentialWithJitterBackoff
 from .errors import CorruptDataError
 from .errors import RedisStoreError
 from .errors import StoreUnavailableError
+
+logger = logging.getLogger(__name__)
 
 RedisClient = Any  # redis.asyncio.Redis or redis.asyncio.RedisCluster
 
@@ -59,8 +62,12 @@ class Connection:
     self._sources = sources
     self._url: str | None = None
     self._fixed: tuple[RedisClient, Scripts] | None = None
-    self._per_loop: weakref.WeakKeyDictionary[Any, tuple[RedisClient, Scripts]]
-    self._per_loop = weakref.WeakKeyDictionary()
+    # id(loop) -> (loop, client, scripts); holding the loop keeps its id
+    # unique. Not a WeakKeyDictionary: the client's sockets reference their
+    # loop, so an entry would never drop.
+    self._per_loop: dict[
+        int, tuple[asyncio.AbstractEventLoop, RedisClient, Scripts]
+    ] = {}
     if isinstance(redis_client_or_url, str):
       url = redis_client_or_url
       if not url.startswith(("redis://", "rediss://", "unix://")):
@@ -90,12 +97,20 @@ class Connection:
     if self._fixed is not None:
       return self._fixed
     loop = asyncio.get_running_loop()
-    entry = self._per_loop.get(loop)
+    entry = self._per_loop.get(id(loop))
     if entry is None:
+      self._drop_closed_loops()
       client = _client_from_url(self._url or "", self.cluster)
-      entry = (client, Scripts(client, self._sources))
-      self._per_loop[loop] = entry
-    return entry
+      entry = (loop, client, Scripts(client, self._sources))
+      self._per_loop[id(loop)] = entry
+    return entry[1], entry[2]
+
+  def _drop_closed_loops(self) -> None:
+    """Forgets the clients of loops that have closed (one per sync
+    `Runner.run()`), which nothing could use or close any more."""
+    for key, (loop, client, _) in list(self._per_loop.items()):
+      if loop.is_closed() and self._per_loop.pop(key, None) is not None:
+        _abandon(client)
 
   @property
   def client(self) -> RedisClient:
@@ -107,16 +122,66 @@ class Connection:
     return self._entry()[1]
 
   async def close(self) -> None:
-    """Closes the URL-built client of the running loop."""
+    """Closes the URL-built client of the running loop and drops those of
+    closed loops; clients of other running loops stay open."""
     if self._fixed is not None:
       return
+    self._drop_closed_loops()
     try:
       loop = asyncio.get_running_loop()
     except RuntimeError:
       return
-    entry = self._per_loop.pop(loop, None)
+    entry = self._per_loop.pop(id(loop), None)
     if entry is not None:
-      await entry[0].aclose()
+      await entry[1].aclose()
+
+
+def _abandon(client: RedisClient) -> None:
+  """Disconnects a client whose event loop has closed.
+
+  aclose() would await on that loop, so this does its work synchronously:
+  every socket is shut down, so the server drops the connection at once, and
+  detached from redis-py, which would otherwise log each one as unclosed. The
+  file descriptors close when the garbage collector frees the transports
+  (they reference the dead loop, so they sit in a reference cycle). This
+  reaches into redis-py's pools; if those change, the collector still closes
+  the sockets, only later.
+  """
+  try:
+    conns = _connections(client)
+  except AttributeError:
+    logger.debug("Cannot reach the connections of %r", client, exc_info=True)
+    return
+  for conn in conns:
+    writer = conn._writer
+    conn._reader = conn._writer = None
+    if writer is None:
+      continue
+    sock = writer.transport.get_extra_info("socket")
+    try:
+      if sock is not None:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+      pass  # the server or the network closed it already
+
+
+def _connections(client: RedisClient) -> list[Any]:
+  if not is_cluster(client):
+    pool = client.connection_pool
+    return [*pool._available_connections, *pool._in_use_connections]
+  client._initialize = True  # as aclose() leaves it, so it is not "unclosed"
+  manager = client.nodes_manager
+  # Keyed by id: ClusterNode compares by name, and the node the client was
+  # built with can differ from the cached node of the same name.
+  nodes = {
+      id(node): node
+      for node in (
+          *client.startup_nodes,
+          *manager.startup_nodes.values(),
+          *manager.nodes_cache.values(),
+      )
+  }
+  return [conn for node in nodes.values() for conn in node._connections]
 
 
 class RedisStoreBase:

@@ -13,7 +13,8 @@ Key layout (KEYS order is shared by the scripts):
                    entry id <ms of timestamp>-<seq>, clamped to stay increasing
   event_ids hash   event id -> "<version after append> <stream entry id>"
   ustate    hash   user-scoped state, raw key -> JSON
-  uindex    zset   session id scored by last update time
+  uindex    zset   session id scored by last update time; ids of expired
+                   sessions are dropped by list_sessions and create_session
   astate    hash   app-scoped state (omitted in Cluster mode: other slot)
   ausers    set    user ids with sessions in the app (omitted likewise)
 """
@@ -142,15 +143,19 @@ if not ver or not tonumber(ver) or not mtime or not tonumber(mtime) then
 end
 check_count(ver)
 
--- Re-delivery of an event already stored (a retry after a lost reply).
+-- Re-delivery of an event already stored (a retry after a lost reply) is
+-- acknowledged without storing it again, but only to a copy whose marker is
+-- just before or at that append (or that has no marker, so cannot tell): any
+-- other copy missed appends and is stale.
 if eid ~= '' then
   local prev = redis.call('HGET', KEYS[3], eid)
   if prev then
     local sp = string.find(prev, ' ', 1, true)
-    if not sp then
+    local pver = sp and string.sub(prev, 1, sp - 1)
+    if not pver or not tonumber(pver) then
       corrupt(KEYS[3], 'field ' .. eid .. ' is not "<version> <entry id>"')
     end
-    local pver, xid = string.sub(prev, 1, sp - 1), string.sub(prev, sp + 1)
+    local xid = string.sub(prev, sp + 1)
     local same = false
     local entry = redis.call('XRANGE', KEYS[2], xid, xid)
     if #entry == 1 then
@@ -160,7 +165,9 @@ if eid ~= '' then
       end
     end
     if not same then return {'dupid', ver, mtime} end
-    if pver == ver then return {'dup', ver, mtime} end
+    local seen = marker == '' or marker == pver
+        or tonumber(marker) == tonumber(pver) - 1
+    if pver == ver and seen then return {'dup', ver, mtime} end
     return {'stale', ver, mtime}
   end
 end
@@ -280,10 +287,25 @@ expire_all(ttl)
 return redis.call('HGETALL', KEYS[1])
 """
 
+PRUNE = "#!lua\n" + _COMMON + r"""
+-- Drops index entries of sessions that expired (or were lost), re-checking
+-- here so that a session re-created meanwhile keeps its entry.
+-- KEYS: uindex, then the session hash of each id; ARGV: the ids
+expect(KEYS[1], 'zset')
+local n = 0
+for i = 1, #ARGV do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return n
+"""
+
 SOURCES = {
     "create": CREATE,
     "append": APPEND,
     "get": GET,
     "delete": DELETE,
     "app_write": APP_WRITE,
+    "prune": PRUNE,
 }

@@ -37,6 +37,9 @@ from .errors import DuplicateEventIdError
 logger = logging.getLogger(__name__)
 
 _STATE = "s:"  # field prefix of session-scoped state in the session hash
+# With a TTL, each create adds one index entry and re-checks this many of the
+# oldest, so ids of expired sessions drain without any list_sessions call.
+_PRUNE_OLDEST = 2
 _RETRY_HINT = (
     "The event may or may not have been stored; retrying append_event with"
     " the same session and event is safe (appends are idempotent per event"
@@ -153,6 +156,10 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
     if self._cluster:
       # Index the user first so list_sessions(user_id=None) finds the session.
       await self._write_app(keys, user_id, {})
+    if self._ttl != "0":
+      # Before the create: if this fails, nothing was created and a retry is
+      # safe.
+      await self._prune_oldest(app_name, user_id)
     args = [
         session_id,
         app_name,
@@ -286,10 +293,15 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
       pipe.hgetall(keys.meta)
     replies = await ru.guarded("list_sessions", stub.user_index, pipe.execute())
     user_state = _load_state(ru.hash_flat(replies[0]), stub.user_state)
+    gone = [
+        sid for sid, meta_map in zip(ids, replies[1:]) if not meta_map
+    ]
+    if gone:
+      await self._prune(app_name, user_id, gone)
     out = []
     for sid, keys, meta_map in zip(ids, all_keys, replies[1:]):
       if not meta_map:
-        continue  # deleted or expired since the index was read
+        continue  # expired, or deleted since the index was read
       meta_flat = ru.hash_flat(meta_map)
       meta = dict(ru.pairs(meta_flat))
       self._check_meta(meta, keys, app_name, user_id, sid)
@@ -381,13 +393,35 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
           f" ({keys.event_ids!r}) with different content.",
           key=keys.event_ids,
       )
-    if self._cluster and deltas["app"]:
-      await self._write_app(keys, "", deltas["app"])
+    if self._cluster and (deltas["app"] or self._ttl != "0"):
+      # The session script cannot reach the app's slot, so app keys get
+      # their TTL refreshed here, or they expire under an active session.
+      await self._write_app(keys, session.user_id, deltas["app"])
     session.last_update_time = event.timestamp
     session._storage_update_marker = ru.text(res[1])
     if status == "dup" and any(e.id == event.id for e in session.events):
       return event
     return self._commit_event_to_session(session, event)
+
+  async def _prune_oldest(self, app_name: str, user_id: str) -> None:
+    """Drops the oldest index entries if their sessions expired."""
+    index = self._keys(app_name, user_id, "").user_index
+    ids = await ru.guarded(
+        "create_session",
+        index,
+        self._client.zrange(index, 0, _PRUNE_OLDEST - 1),
+    )
+    if ids:
+      await self._prune(app_name, user_id, [ru.text(i) for i in ids])
+
+  async def _prune(self, app_name: str, user_id: str, ids: list[str]) -> None:
+    """Expiry removes a session's keys but not its id in the user index;
+    the script re-checks each session, so a re-created one keeps its id."""
+    index = self._keys(app_name, user_id, "").user_index
+    metas = [self._keys(app_name, user_id, sid).meta for sid in ids]
+    await self._scripts.run(
+        "prune", [index, *metas], ids, operation="session index cleanup"
+    )
 
   async def _write_app(
       self, keys: _Keys, user_id: str, app_delta: dict[str, Any]

@@ -35,7 +35,9 @@ def canonical_parts_json(parts: Any) -> str:
 
 def sha256_hex(data: str | bytes) -> str:
   if isinstance(data, str):
-    data = data.encode("utf-8")
+    # surrogatepass: a lone surrogate (from a JSON "\\ud83d" escape) hashes
+    # instead of failing the whole compile; valid text encodes the same.
+    data = data.encode("utf-8", "surrogatepass")
   return hashlib.sha256(data).hexdigest()
 
 

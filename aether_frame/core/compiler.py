@@ -21,7 +21,7 @@ from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
 from .canonical import canonical_json, canonical_parts_json, chain_step, digest, sha256_hex
 from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
-from .items import Item, Layer
+from .items import MAX_TIMESTAMP, MIN_TIMESTAMP, Item, Layer
 from .kept_ids import KeptIds
 from .memo import BoundedMemo, LastCallMemo
 from .policy import OverflowPolicy, PackPolicy
@@ -51,9 +51,9 @@ class CallInputs(BaseModel):
   max_output_tokens: Optional[int] = Field(default=None, ge=0)
   tail_hint: Optional[str] = None
   """Id of the oldest history group the previous call kept (hysteresis)."""
-  token_scale: float = Field(default=1.0, ge=0.5, le=4.0)
-  """Calibration: actual/estimated tokens, margin included."""
-  now: Optional[float] = None
+  token_scale: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+  """Calibration: actual/estimated tokens, margin included (the calibrator bounds it)."""
+  now: Optional[float] = Field(default=None, ge=MIN_TIMESTAMP, le=MAX_TIMESTAMP, allow_inf_nan=False)
   has_plan: bool = False
   meta: dict[str, Optional[str]] = Field(default_factory=dict)
   """invocation_id, session_id, agent, model…: recorded, not hashed."""
@@ -136,8 +136,14 @@ def _digest(item: Item) -> str:
       repr(float(item.score)), "1" if item.pinned else "0", p.source or "",
       "" if p.timestamp is None else repr(float(p.timestamp)), p.author or "",
   ))
-  tail = canonical_parts_json(item.parts) if item.parts is not None else "-"
-  meta = canonical_json(item.meta) if item.meta else "{}"
+  try:
+    tail = canonical_parts_json(item.parts) if item.parts is not None else "-"
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"item {item.id!r}: parts are not JSON data ({e})") from None
+  try:
+    meta = canonical_json(item.meta) if item.meta else "{}"
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"item {item.id!r}: meta is not JSON data ({e})") from None
   return sha256_hex(head + "\x1e" + item.text + "\x1e" + tail + "\x1e" + meta)
 
 
@@ -328,7 +334,7 @@ class CompilerSession:
 
     # FILTER: empty and duplicate evidence/memory.
     kept_items: list[Item] = []
-    dup_of: dict[tuple[str, str], str] = {}
+    dup_of: dict[tuple[str, str], int] = {}
     for it in items:
       if it.layer in (Layer.EVIDENCE, Layer.MEMORY):
         norm = self._norm_memo.get(it.text)
@@ -339,10 +345,14 @@ class CompilerSession:
         if not key[1]:
           self._event(events, statuses, "filter", it.layer.value, [it], "empty text")
           continue
-        if key in dup_of:
-          self._event(events, statuses, "filter", it.layer.value, [it], f"duplicate of {dup_of[key]}")
+        at = dup_of.get(key)
+        if at is not None:
+          first = kept_items[at]
+          if it.pinned and not first.pinned:  # the pinned copy stays, so the text is never cut
+            kept_items[at], it, first = it, first, it
+          self._event(events, statuses, "filter", it.layer.value, [it], f"duplicate of {first.id}")
           continue
-        dup_of[key] = it.id
+        dup_of[key] = len(kept_items)
       kept_items.append(it)
     by_layer: dict[Layer, list[Item]] = {layer: [] for layer in Layer}
     for it in kept_items:
@@ -421,10 +431,10 @@ class CompilerSession:
       )
       if totals["total"] <= alloc.usable:
         break
+      if pointers:
+        pointers = 0  # the BUDGET line's pointers go before content; omitted items stay named in the manifest
+        continue
       if not self._shed_one(memory_sel, evidence_sel, events, statuses, "validate: rendered pack over budget"):
-        if pointers:
-          pointers = 0  # omitted items stay named in the manifest
-          continue
         nxt = tail_start
         while nxt < len(self.history) and self.history[nxt].pinned:
           nxt += 1  # pinned groups stay in the pack wherever the cut falls
@@ -584,7 +594,12 @@ class CompilerSession:
       return self._pos[call.tail_hint]
     if self._history_fits(call, items, inflight):
       return 0
-    memory = [i for i in by_layer[Layer.MEMORY] if i.kind != "recall"]
+    # A lower bound of the memory demand the real allocation will see (it keeps
+    # the best memory_top_k, which cost at least the K cheapest), so the real
+    # conversation budget is at most this one and the real cut at or after it.
+    memory = [i for i in by_layer[Layer.MEMORY] if i.pinned]
+    free = sorted((i for i in by_layer[Layer.MEMORY] if not i.pinned and i.kind != "recall"), key=lambda i: i.tokens)
+    memory += free[: self.policy.memory_top_k]
     try:
       alloc, pinned, demands = self._allocate(call, by_layer, user_request, fence, inflight, by_layer[Layer.EVIDENCE], memory)
     except ContextBudgetExhausted:
@@ -651,8 +666,10 @@ class CompilerSession:
       return 0
     cost = self._fence_tokens(fence)
     if over_budget:
-      longest = sorted((len(i.pointer()) for i in ranked), reverse=True)[: render.MAX_BUDGET_POINTERS]
-      cost += 16 + sum(n // 2 + 2 for n in longest)
+      # Which items will be omitted is not known yet: charge the costliest
+      # pointers, counted (a character estimate misses non-ASCII URIs badly).
+      costs = sorted(self.counter.count_many([i.pointer() for i in ranked]), reverse=True)
+      cost += 16 + sum(n + 2 for n in costs[: render.MAX_BUDGET_POINTERS])
     return cost
 
   def _tighten_fixed(self, by_layer, events, statuses) -> bool:

@@ -40,6 +40,12 @@ class Trust(str, Enum):
   TOOL = "tool"
 
 
+MIN_TIMESTAMP = -62_135_596_800.0
+"""0001-01-01T00:00:00Z: timestamps are rendered as calendar dates."""
+MAX_TIMESTAMP = 253_402_300_799.0
+"""9999-12-31T23:59:59Z."""
+
+
 class Provenance(BaseModel):
   """Where an item came from, so a dropped item can be found again."""
 
@@ -47,7 +53,7 @@ class Provenance(BaseModel):
 
   source: Optional[str] = None
   """A URI (``artifact://…``, ``memory://…``) or an ADK event id."""
-  timestamp: Optional[float] = None
+  timestamp: Optional[float] = Field(default=None, ge=MIN_TIMESTAMP, le=MAX_TIMESTAMP, allow_inf_nan=False)
   """Seconds since the epoch, when known."""
   author: Optional[str] = None
 

@@ -148,7 +148,10 @@ class PackPolicy(BaseModel):
       base = PRESETS[name]
     except KeyError:
       raise ValueError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}") from None
-    return cls.model_validate({**base, **overrides})
+    merged = dict(base)
+    for key, value in overrides.items():  # floors={"system": 0.09} changes that floor only
+      merged[key] = {**base[key], **value} if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return cls.model_validate(merged)
 
 
 PRESETS: dict[str, dict] = {

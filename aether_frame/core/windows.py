@@ -42,6 +42,11 @@ DEFAULT_WINDOWS: dict[str, int] = {
 }
 
 
+def _key(model: str) -> str:
+  """``openai/GPT-4o`` -> ``gpt-4o``: names and overrides are matched in this form."""
+  return model.rsplit("/", 1)[-1].lower()
+
+
 class UnknownModelWindow(LookupError):
   """No window is known for a model; pass ``window=`` or register it."""
 
@@ -54,13 +59,13 @@ class ModelWindows:
     for name, size in (overrides or {}).items():
       if not isinstance(size, int) or size <= 0:
         raise ValueError(f"window for model {name!r} must be a positive int, got {size!r}")
-      table[name] = size
+      table[_key(name)] = size
     self._table = table
 
   def lookup(self, model: Optional[str]) -> int:
     if not model:
       raise UnknownModelWindow("request has no model name; set window= explicitly")
-    name = model.rsplit("/", 1)[-1].lower()
+    name = _key(model)
     if name in self._table:
       return self._table[name]
     best = max((k for k in self._table if name.startswith(k)), key=len, default=None)

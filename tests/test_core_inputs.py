@@ -1,0 +1,127 @@
+"""Input edge cases found in review: each once crashed a compile, lost data or mis-budgeted."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from aether_frame.calibration import Calibrator
+from aether_frame.core.compiler import CallInputs, CompileInput, CompilerSession, compile_pack
+from aether_frame.core.items import Item, Layer, Provenance
+from aether_frame.core.policy import PackPolicy
+from aether_frame.core.windows import ModelWindows
+from aether_frame.retrieval import default_ranker
+from aether_frame.tokenizers import get_counter
+
+COUNTER = get_counter()
+
+
+def _base(request: str = "What notes?") -> list[Item]:
+  return [
+      Item(id="system:i", layer=Layer.SYSTEM, text="Be helpful."),
+      Item(id="task:u", layer=Layer.TASK, kind="user_request", text=request),
+  ]
+
+
+def _pack(items, history=(), window=4000, policy=None, **call):
+  inp = CompileInput(policy=policy or PackPolicy(), history=list(history), call=CallInputs(items=items, window=window, **call))
+  return compile_pack(inp, COUNTER)
+
+
+def test_every_scale_the_calibrator_can_give_is_a_valid_call():
+  """A model billed at the calibrator's largest ratio, with the largest margin the policy allows."""
+  cal = Calibrator()
+  for _ in range(8):
+    cal.observe("m", estimate=1000, actual=10_000)
+  margin = math.nextafter(PackPolicy.model_fields["calibration_margin"].metadata[-1].lt, 0.0)
+  scale = cal.scale("m", margin=PackPolicy(calibration_margin=margin).calibration_margin)
+  assert scale > 4.0
+  pack = _pack(_base(), window=8000, token_scale=scale)
+  assert pack.manifest["token_scale"] == scale and pack.tokens * scale <= pack.manifest["usable"] * scale + 1e-6
+  with pytest.raises(ValidationError, match="token_scale"):
+    CallInputs(items=_base(), window=8000, token_scale=float("nan"))
+
+
+def test_window_overrides_match_like_model_names():
+  windows = ModelWindows({"My-Model": 65_536, "openai/custom-x": 1000})
+  assert windows.lookup("my-model") == windows.lookup("vendor/My-Model") == 65_536
+  assert windows.lookup("custom-x") == windows.lookup("OpenAI/Custom-X") == 1000
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e20, -1e20])
+def test_timestamps_and_now_out_of_range_are_named(bad):
+  with pytest.raises(ValidationError, match="timestamp"):
+    Provenance(timestamp=bad)
+  with pytest.raises(ValidationError, match="now"):
+    CallInputs(items=_base(), window=4000, now=bad)
+
+
+def test_meta_that_is_not_json_names_the_item():
+  items = [*_base(), Item(id="ev:x", layer=Layer.EVIDENCE, text="fact", meta={"v": float("nan")})]
+  with pytest.raises(ValueError, match=r"item 'ev:x': meta is not JSON data"):
+    _pack(items)
+  session = CompilerSession(PackPolicy(), COUNTER)
+  with pytest.raises(ValueError, match=r"item 'h0': parts are not JSON data"):
+    session.extend_history([Item(id="h0", layer=Layer.CONVERSATION, role="user", parts=[{"text": "x", "n": float("inf")}])])
+  assert session.history_ids() == []
+
+
+def test_lone_surrogates_compile():
+  """A JSON "\\ud83d" escape gives Python a lone surrogate; it must not fail the session."""
+  text = "data \ud83d end"
+  history = [Item(id="h0", layer=Layer.CONVERSATION, role="user", parts=[{"text": text}], text=text)]
+  items = [*_base(text), Item(id="ev:s", layer=Layer.EVIDENCE, text=text)]
+  a, b = _pack(items, history), _pack(items, history)
+  assert "\ud83d" in a.payload and a.manifest == b.manifest
+  assert list(a.conversation_ids) == ["h0"]
+
+
+def test_costly_budget_pointers_are_charged_before_validation():
+  """Emoji URIs cost ~2 tokens a character; the BUDGET line's pointers must still fit."""
+  memory = [
+      Item(id=f"m{i}", layer=Layer.MEMORY, kind="memory", text=f"note {i} ok", score=1.0 - i / 1000,
+           provenance=Provenance(source="memory://" + "\U0001f389" * 40 + str(i), author="u"))
+      for i in range(300)
+  ]
+  pack = _pack([*_base(), *memory], window=3000, policy=PackPolicy(memory_top_k=1000))
+  assert pack.tokens <= pack.manifest["usable"]
+  kept = {r["id"] for r in pack.manifest["items"] if r["status"] == "included"}
+  dropped = {i for e in pack.manifest["truncation_events"] for i in e.get("item_ids", [])}
+  assert kept and kept | dropped >= {m.id for m in memory}
+  assert not any(e["reason"].startswith("validate") for e in pack.manifest["truncation_events"])
+
+
+def test_a_pinned_duplicate_wins_over_an_unpinned_copy():
+  text = "Alpha beta gamma delta. " * 60
+  items = [
+      *_base(),
+      Item(id="ev:a", layer=Layer.EVIDENCE, text=text, provenance=Provenance(source="artifact://a")),
+      Item(id="ev:b", layer=Layer.EVIDENCE, text=text + "  ", pinned=True, provenance=Provenance(source="artifact://b")),
+  ]
+  pack = _pack(items, window=2000)
+  rows = {r["id"]: r for r in pack.manifest["items"]}
+  assert rows["ev:b"]["status"] == "included" and "tokens_after" not in rows["ev:b"]
+  assert rows["ev:a"]["status"] == "filtered" and rows["ev:a"]["reason"] == "duplicate of ev:b"
+  assert "artifact://b" in pack.payload and text.strip() in " ".join(pack.payload.split())
+
+
+def test_preset_overrides_merge_into_nested_fields():
+  policy = PackPolicy.preset("quality_first", floors={"system": 0.09})
+  assert policy.floors.system == 0.09 and policy.floors.slack_min == 0.15 and policy.floors.task == 0.10
+
+
+def test_the_predicted_cut_counts_memory_after_top_k():
+  """30 memory candidates but top-K 8: the history fits, so nothing is recalled into the tail."""
+  texts = [f"Turn {i}: we discussed the paris budget report number {i}. " * 6 for i in range(40)]
+  history = [Item(id=f"h{i}", layer=Layer.CONVERSATION, role="user" if i % 2 == 0 else "model",
+                  parts=[{"text": t}], text=t) for i, t in enumerate(texts)]
+  memory = [Item(id=f"m{i}", layer=Layer.MEMORY, kind="memory", text=f"Unrelated memory {i} about cats and dogs. " * 15,
+                 provenance=Provenance(source=f"memory://m{i}")) for i in range(30)]
+  ranker = default_ranker()
+  inp = CompileInput(policy=PackPolicy(), history=history,
+                     call=CallInputs(items=[*_base("What was the paris budget report?"), *memory], window=6000))
+  pack = compile_pack(inp, COUNTER, ranker=ranker, history_index=ranker.new_history_index())
+  assert pack.manifest["tail"]["start"] == 0
+  assert not [r for r in pack.manifest["items"] if r["kind"] == "recall"]

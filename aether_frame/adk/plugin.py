@@ -8,6 +8,19 @@ real tokenizer ratio in ``after_model_callback``.
 It fails open: ADK turns a plugin exception into a ``RuntimeError`` that
 aborts the user's run, so any internal fault sends the request unmodified,
 logs once, and is recorded. Configuration errors fail at construction.
+
+The rewritten contents, in the original order:
+
+- the contents ADK added for the agent's instructions (a static
+  instruction's files and the dynamic instruction; see
+  ``_instruction_positions``): sent unchanged where ADK put them, pinned and
+  charged to the budget, never conversation history;
+- the kept conversation tail;
+- the payload message, in place of the user turn: a text part with the pack
+  ending in ``"USER REQUEST (VERBATIM):\n"``, then the user's own parts,
+  unchanged and in their order (a leading plain text part is joined onto the
+  pack part, so a one-text message reads exactly as the pack was rendered);
+- the invocation's in-flight steps (tool calls and results).
 """
 
 from __future__ import annotations
@@ -45,6 +58,13 @@ try:  # ADK types are only needed at runtime for isinstance-free duck typing.
   from google.adk.plugins.base_plugin import BasePlugin
 except ImportError as e:  # pragma: no cover - ADK is a hard dependency
   raise ImportError("aether_frame.adk needs google-adk installed") from e
+
+try:  # How ADK labels a dynamic instruction it sends as a user content.
+  from google.adk.flows.llm_flows.instructions import _INSTRUCTION_BEGIN, _INSTRUCTION_END, _INSTRUCTION_PREAMBLE
+  _LABEL_HEAD: Optional[str] = f"{_INSTRUCTION_PREAMBLE}\n{_INSTRUCTION_BEGIN}\n"
+  _LABEL_TAIL: Optional[str] = f"\n{_INSTRUCTION_END}"
+except ImportError:  # pragma: no cover - an ADK that does not label them
+  _LABEL_HEAD = _LABEL_TAIL = None
 
 logger = logging.getLogger("aether_frame." + __name__)
 _tracer = trace.get_tracer("aether_frame")
@@ -204,23 +224,31 @@ class ContextPackPlugin(BasePlugin):
     agent = ctx.agent_name
     policy = self.agent_policies.get(agent, self.policy)
     contents = list(llm_request.contents or [])
-    anchor = sources.anchor_index(contents, ctx.user_content)
+    cache = self._cache_for(ctx, policy)
+    cache.events.update(ctx.session.events)
+    # The conversation proper, as positions in ``contents``: ADK's instruction
+    # contents are neither history nor the user turn.
+    instructions = _instruction_positions(llm_request, contents, cache.events.by_fp)
+    convo = [i for i in range(len(contents)) if i not in instructions]
+    anchor = sources.anchor_index([contents[i] for i in convo], ctx.user_content)
     if anchor is None:
       self._log_once("no-user-turn", logging.INFO, "request has no user turn; sent unmodified")
       return
     window = self.window or self.windows.lookup(llm_request.model)
-    cache = self._cache_for(ctx, policy)
-    cache.events.update(ctx.session.events)
-    self._sync_history(cache, contents[:anchor])
+    history = [contents[i] for i in convo[:anchor]]
+    self._sync_history(cache, history)
     state = ctx.state
 
     plan = _validated(PlanState, state.get(PLAN_KEY), PLAN_KEY)
     knowledge = _validated(KnowledgeState, {"items": state.get(KNOWLEDGE_KEY)}, KNOWLEDGE_KEY).items if state.get(KNOWLEDGE_KEY) else []
     step_tools = _validated(ToolsState, {"names": state.get(TOOLS_KEY)}, TOOLS_KEY).names if state.get(TOOLS_KEY) is not None else None
 
-    user = contents[anchor]
-    user_text = "\n".join(p.text for p in user.parts or () if p.text and not p.thought)
-    non_text = [p for p in user.parts or () if not p.text]
+    user = contents[convo[anchor]]
+    # The pack renders the request as its text parts joined (also the ranking
+    # query); every other part is costed as it is sent (see ``_payload_message``).
+    said = [bool(p.text) and not p.thought for p in user.parts or ()]
+    user_text = "\n".join(p.text for p, s in zip(user.parts or (), said) if s)
+    other_parts = [sources.part_dict(p) for p, s in zip(user.parts or (), said) if not s]
     items: list[Item] = []
     sys_text = sources.system_text(llm_request.config)
     new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
@@ -228,7 +256,7 @@ class ContextPackPlugin(BasePlugin):
     items.extend(sources.plan_items(plan))
     items.append(Item(
         id="task:user_request", layer=Layer.TASK, kind="user_request", text=user_text, trust=Trust.USER,
-        pinned=True, parts=[sources.part_dict(p) for p in non_text] or None,
+        pinned=True, parts=other_parts or None,
     ))
     scoped = scope_tools(llm_request, step_tools, policy.tool_scoping)
     items.extend(sources.tool_items(scoped.declarations))
@@ -246,13 +274,17 @@ class ContextPackPlugin(BasePlugin):
       items.extend(sources.memory_items(notes, kind="working"))
     items = _dedupe_ids(items)
 
-    inflight_contents = contents[anchor + 1:]
+    inflight_at = convo[anchor + 1:]
+    inflight_contents = [contents[i] for i in inflight_at]
     inflight_fps = [sources.fingerprint(c) for c in inflight_contents]
     answered = sources.answered_ids(inflight_contents)
-    inflight = []
+    # Pinned contents outside the history, in request order: the in-flight
+    # steps and the instruction contents, charged like the in-flight steps.
+    pinned = [(i, self._instruction_item(n, contents[i])) for n, i in enumerate(sorted(instructions))]
     for s, e in sources.group_spans(inflight_contents):
       it = sources.group_item(inflight_contents, (s, e), self.counter, None, answered, inflight_fps)
-      inflight.append(it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"}))
+      pinned.append((inflight_at[s], it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"})))
+    inflight = [it for _, it in sorted(pinned, key=lambda x: x[0])]
 
     model = llm_request.model or ""
     calibration = Calibrator.from_dict(state.get(CALIBRATION_KEY))
@@ -272,13 +304,14 @@ class ContextPackPlugin(BasePlugin):
       span.set_attribute("aether_frame.pack_id", pack.manifest["pack_id"])
 
     # REWRITE: build everything first, assign last, so a fault leaves the request untouched.
-    history = contents[:anchor]
-    kept: list[types.Content] = []
+    # Everything kept stays in its original order, the payload in the user turn's place.
+    keep = instructions | set(inflight_at)
+    kept = set(keep)
     for gid in pack.conversation_ids:
       s, e = cache.compiler.history_group(gid).meta["span"]
-      kept.extend(history[s:e])
-    payload_msg = types.Content(role="user", parts=[types.Part(text=pack.payload), *non_text])
-    new_contents = kept + [payload_msg] + inflight_contents
+      kept.update(convo[s:e])
+    payload_msg = _payload_message(pack.payload, user, user_text)
+    new_contents = _in_order(contents, kept, convo[anchor], payload_msg)
     new_config = llm_request.config.model_copy(deep=False)
     new_config.system_instruction = new_system
     new_config = scoped.apply_config(new_config)
@@ -291,8 +324,7 @@ class ContextPackPlugin(BasePlugin):
     fallback = None
     if not guard.ok:
       fallback = guard.problems
-      minimal_msg = types.Content(role="user", parts=[types.Part(text=pack.minimal_payload), *non_text])
-      new_contents = [minimal_msg] + inflight_contents
+      new_contents = _in_order(contents, keep, convo[anchor], _payload_message(pack.minimal_payload, user, user_text))
       self._log_once("guard:" + guard.problems[0], logging.WARNING,
                      "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
     estimate = guard.tokens if fallback is None else count_request(new_contents, new_config, self.counter)
@@ -320,6 +352,15 @@ class ContextPackPlugin(BasePlugin):
         "pack_id": pack.manifest["pack_id"], "version": version, "tokens": estimate,
         "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
     }
+
+  def _instruction_item(self, n: int, content: types.Content) -> Item:
+    """The ``n``-th instruction content as a pinned in-flight item: charged, never trimmed."""
+    return Item(
+        id=f"instruction:{n}", layer=Layer.CONVERSATION, role=content.role, kind="instruction",
+        text=" ".join(p.text for p in content.parts or () if p.text),
+        parts=[sources.part_dict(p) for p in content.parts or ()],
+        tokens=sources.contents_tokens([content], self.counter), pinned=True, trust=Trust.DEVELOPER,
+    )
 
   async def _artifact_keys(self, ctx, cache: _SessionCache) -> list[str]:
     """The session's artifact keys, bounded in time.
@@ -364,6 +405,72 @@ class ContextPackPlugin(BasePlugin):
     if len(self._logged) < 1000:
       self._logged.add(key)
     logger.log(level, msg, *args, exc_info=exc_info)
+
+
+def _instruction_positions(llm_request, contents: list[types.Content], event_fps: Mapping[str, Any]) -> set[int]:
+  """Positions of the contents ADK added for the agent's instructions.
+
+  A static instruction's files ride as user contents that its system
+  instruction refers to by name; ADK puts them first, with the dynamic
+  instruction after them, and records where that prefix ends (kept stable for
+  provider caching). Without files, the dynamic instruction rides alone,
+  labelled with ADK's instruction markers, before the user turn or after a
+  tool result. The prefix is trusted while it still has that shape (a plugin
+  ahead of this one may have moved contents); a labelled content that is a
+  session event is conversation (a user can type a label).
+  """
+  out: set[int] = set()
+  end = getattr(llm_request, "_static_instruction_prefix_end_index", None)
+  if (getattr(llm_request, "_has_static_instruction", False) and isinstance(end, int) and 0 < end <= len(contents)
+      and all(_is_labelled_instruction(c) or _is_instruction_file(c) for c in contents[:end])):
+    out.update(range(end))
+  for i, c in enumerate(contents):
+    if i not in out and _is_labelled_instruction(c) and sources.fingerprint(c) not in event_fps:
+      out.add(i)
+  return out
+
+
+def _is_labelled_instruction(content: types.Content) -> bool:
+  """ADK's ``_label_dynamic_instruction`` shape: one text part, preamble and markers."""
+  if _LABEL_HEAD is None or content.role != "user" or len(content.parts or ()) != 1:
+    return False
+  text = content.parts[0].text
+  return isinstance(text, str) and text.startswith(_LABEL_HEAD) and text.endswith(_LABEL_TAIL)
+
+
+def _is_instruction_file(content: types.Content) -> bool:
+  """What ``LlmRequest.append_instructions`` makes of a file: a user content with a file part."""
+  parts = content.parts or ()
+  return (content.role == "user" and any(p.inline_data or p.file_data for p in parts)
+          and not any(p.function_call or p.function_response for p in parts))
+
+
+def _is_plain_text(part: types.Part) -> bool:
+  return bool(part.text) and sources.part_dict(part).keys() == {"text"}
+
+
+def _payload_message(pack_text: str, user: types.Content, user_text: str) -> types.Content:
+  """The pack, then the user's parts unchanged and in order.
+
+  The pack was rendered (and costed) ending in the request as its text parts
+  joined by newlines; that copy is cut off and the user's own parts follow,
+  so a caption stays next to its image and every part keeps its fields. A
+  leading plain text part is joined back onto the pack part: the common
+  one-text message is then sent exactly as rendered, and the pack text is the
+  same on every step of the invocation.
+  """
+  if not pack_text.endswith(user_text):
+    raise ValueError("the rendered pack does not end with the user's request")
+  head = pack_text[:len(pack_text) - len(user_text)]
+  parts = list(user.parts or ())
+  if parts and _is_plain_text(parts[0]):
+    return types.Content(role=user.role, parts=[types.Part(text=head + parts[0].text), *parts[1:]])
+  return types.Content(role=user.role, parts=[types.Part(text=head), *parts])
+
+
+def _in_order(contents: list[types.Content], keep: set[int], at: int, payload: types.Content) -> list[types.Content]:
+  """``contents`` at the positions in ``keep``, in order, with ``payload`` at ``at``."""
+  return [payload if i == at else c for i, c in enumerate(contents) if i == at or i in keep]
 
 
 def _override_declarations(tools, overrides: Mapping[str, str]):

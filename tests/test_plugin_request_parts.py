@@ -1,0 +1,237 @@
+"""What the plugin must carry over from ADK's request unchanged.
+
+The contents ADK adds for the agent's instructions (a static instruction's
+files, the dynamic instruction) and the user's own parts, in their order and
+with every field. Real ADK ``Runner``; ``OfflineLlm`` records what it received.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from google.adk.flows.llm_flows.instructions import _INSTRUCTION_BEGIN
+from google.adk.plugins.base_plugin import BasePlugin
+from google.genai import types
+
+from aether_frame.adk.guard import count_request
+from aether_frame.adk.manifest_store import MANIFEST_FILENAME
+from aether_frame.adk.plugin import ContextPackPlugin
+from aether_frame.core import manifest as manifest_doc
+from aether_frame.offline_model import OfflineLlm, tool_call
+from aether_frame.tokenizers import get_counter
+
+from tests.adk_support import USER, agent, make_runner, new_session, say
+
+pytestmark = pytest.mark.asyncio
+
+COUNTER = get_counter()
+PNG_1X1 = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
+HANDBOOK = ("STATIC-FILE-BYTES policy handbook. " + "Refunds need a receipt and manager approval. " * 40).encode()
+LONG_REPLY = "Noted. " + "Some long answer about rollout plans. " * 30
+
+
+class Recorder(BasePlugin):
+  """Runs before the context plugin and keeps a deep copy of each original request."""
+
+  def __init__(self):
+    super().__init__("recorder")
+    self.requests = []
+
+  async def before_model_callback(self, *, callback_context, llm_request):
+    self.requests.append(llm_request.model_copy(deep=True))
+    return None
+
+
+class _InflateOldReply(BasePlugin):
+  """Ahead of ours: rewrites the oldest model reply in place, so the compiler's cached
+  view of it is stale and the guard's recount sends the minimal safe pack."""
+
+  def __init__(self):
+    super().__init__("inflate_old_reply")
+    self.active = False
+
+  async def before_model_callback(self, *, callback_context, llm_request):
+    if self.active:
+      i = next(i for i, c in enumerate(llm_request.contents) if c.role == "model")
+      llm_request.contents[i] = types.Content(role="model", parts=[types.Part(text="long answer " * 3000)])
+    return None
+
+
+def _image(data: bytes) -> types.Part:
+  return types.Part(inline_data=types.Blob(mime_type="image/png", data=data))
+
+
+def _dump(contents) -> list[str]:
+  return [c.model_dump_json(exclude_none=True) for c in contents]
+
+
+def _is_dynamic_instruction(content) -> bool:
+  return any(_INSTRUCTION_BEGIN in (p.text or "") for p in content.parts or ())
+
+
+def _payload_index(req) -> int:
+  return next(i for i, c in enumerate(req.contents) if c.role == "user" and c.parts and c.parts[0].text
+              and c.parts[0].text.startswith("CONTEXT PACK v1"))
+
+
+async def _manifests(runner, session_id: str) -> list[dict]:
+  svc = runner.artifact_service
+  versions = await svc.list_versions(app_name=runner.app_name, user_id=USER, session_id=session_id, filename=MANIFEST_FILENAME)
+  docs = []
+  for v in sorted(versions):
+    part = await svc.load_artifact(app_name=runner.app_name, user_id=USER, session_id=session_id, filename=MANIFEST_FILENAME, version=v)
+    docs.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"manifest v{v}"))
+  return docs
+
+
+def _static_file_agent(model):
+  static = types.Content(role="user", parts=[
+      types.Part(text="You are a static helper."),
+      types.Part(inline_data=types.Blob(mime_type="text/plain", data=HANDBOOK)),
+  ])
+  return agent(model=model, static_instruction=static, instruction="DYNAMIC RULE: the user's name is {name}.")[0]
+
+
+def _turn(t: int) -> str:
+  return f"Turn {t}: " + "more notes on vendor pricing, support and rollout plans. " * 10
+
+
+# ------------------------------------------------------------ instruction contents
+async def test_static_file_and_dynamic_instruction_ride_every_request_of_a_trimmed_session():
+  model = OfflineLlm(default=LONG_REPLY)
+  recorder = Recorder()
+  runner = make_runner(_static_file_agent(model), [recorder, ContextPackPlugin(window=4096)])
+  session = await new_session(runner, state={"name": "Ada"})
+  for t in range(12):
+    await say(runner, session.id, _turn(t))
+  docs = await _manifests(runner, session.id)
+  assert len(model.received) == len(recorder.requests) == len(docs) == 12
+  assert any(d["tail"]["start"] > 0 for d in docs), "the fixture must trim the conversation"
+  for call, (orig, sent) in enumerate(zip(recorder.requests, model.received)):
+    # ADK put the file and the dynamic instruction first; they stay there, unchanged.
+    assert _dump(orig.contents[:2]) == _dump(sent.contents[:2]), f"call {call}"
+    assert sent.contents[0].parts[1].inline_data.data == HANDBOOK
+    assert "DYNAMIC RULE: the user's name is Ada." in sent.contents[1].parts[0].text
+    assert "inline_data_0" in sent.config.system_instruction
+    assert sum(map(_is_dynamic_instruction, sent.contents)) == 1
+    assert sum(any(p.inline_data for p in c.parts or ()) for c in sent.contents) == 1
+  for sent, doc in zip(model.received, docs):
+    # Charged to the budget: the pack fits without the guard's fallback.
+    assert not doc["runtime"]["guard"]["fallback"], doc["runtime"]["guard"]
+    assert count_request(sent.contents, sent.config, COUNTER) <= doc["usable"]
+    rows = [r for r in doc["items"] if r["kind"] == "instruction"]
+    assert len(rows) == 2 and all(r["status"] == "included" for r in rows)
+    assert sum(r["tokens"] for r in rows) == count_request(sent.contents[:2], types.GenerateContentConfig(), COUNTER)
+
+
+async def test_instruction_contents_survive_the_minimal_safe_pack():
+  model = OfflineLlm(default="Short answer.")
+  recorder = Recorder()
+  inflate = _InflateOldReply()
+  plugin = ContextPackPlugin(window=4096)
+  runner = make_runner(_static_file_agent(model), [inflate, recorder, plugin])
+  session = await new_session(runner, state={"name": "Ada"})
+  for t in range(3):
+    await say(runner, session.id, f"Turn {t}: a short question.")
+  inflate.active = True
+  await say(runner, session.id, "Turn 3: and now?")
+  orig, sent = recorder.requests[-1], model.received[-1]
+  doc = (await _manifests(runner, session.id))[-1]
+  assert doc["runtime"]["guard"]["fallback"] is True
+  assert _dump(sent.contents[:2]) == _dump(orig.contents[:2])
+  assert len(sent.contents) == 3 and _payload_index(sent) == 2
+  assert count_request(sent.contents, sent.config, COUNTER) <= doc["usable"]
+  assert plugin.faults == 0
+
+
+async def test_a_text_only_static_instructions_dynamic_instruction_survives_the_minimal_pack():
+  model = OfflineLlm(default="Short answer.")
+  inflate = _InflateOldReply()
+  ag, _ = agent(model=model, static_instruction="You are a static helper.", instruction="DYNAMIC RULE: the user's name is {name}.")
+  runner = make_runner(ag, [inflate, ContextPackPlugin(window=4096)])
+  session = await new_session(runner, state={"name": "Ada"})
+  for t in range(3):
+    await say(runner, session.id, f"Turn {t}: a short question.")
+  inflate.active = True
+  await say(runner, session.id, "Turn 3: and now?")
+  doc = (await _manifests(runner, session.id))[-1]
+  assert doc["runtime"]["guard"]["fallback"] is True
+  for sent in model.received:
+    i = _payload_index(sent)
+    assert _is_dynamic_instruction(sent.contents[i - 1])  # where ADK put it: just before the user turn
+    assert sum(map(_is_dynamic_instruction, sent.contents)) == 1
+  assert len(model.received[-1].contents) == 2
+
+
+async def test_the_dynamic_instruction_is_not_synced_as_history():
+  """As history it sat last, and then was gone on the next turn: a rewritten history every turn."""
+  model = OfflineLlm(default="Short answer.")
+  ag, _ = agent(model=model, static_instruction="You are a static helper.", instruction="DYNAMIC RULE: the user's name is {name}.")
+  runner = make_runner(ag, [ContextPackPlugin(window=8192)])
+  session = await new_session(runner, state={"name": "Ada"})
+  for t in range(4):
+    await say(runner, session.id, f"Turn {t}: a short question.")
+  docs = await _manifests(runner, session.id)
+  assert [d["tail"]["history_len"] for d in docs] == [0, 2, 4, 6]  # user and model turns only
+
+
+# ------------------------------------------------------------ the user's parts
+async def test_interleaved_text_and_images_keep_their_order():
+  model = OfflineLlm(default="The second one.")
+  recorder = Recorder()
+  runner = make_runner(agent(model=model)[0], [recorder, ContextPackPlugin(window=8192)])
+  session = await new_session(runner)
+  await say(runner, session.id, "Before photo:", parts=[
+      _image(PNG_1X1 + b"before"), types.Part(text="After photo:"), _image(PNG_1X1 + b"after"),
+      types.Part(text="Which one is damaged?"),
+  ])
+  orig, sent = recorder.requests[0], model.received[0]
+  user = orig.contents[-1]
+  msg = sent.contents[_payload_index(sent)]
+  assert msg.parts[0].text.endswith("USER REQUEST (VERBATIM):\nBefore photo:")
+  assert _dump([types.Content(parts=msg.parts[1:])]) == _dump([types.Content(parts=user.parts[1:])])
+  assert [p.inline_data.data[-5:] if p.inline_data else p.text for p in msg.parts[1:]] == [
+      b"efore", "After photo:", b"after", "Which one is damaged?",
+  ]
+  doc = (await _manifests(runner, session.id))[-1]
+  assert count_request(sent.contents, sent.config, COUNTER) <= doc["usable"]
+
+
+async def test_text_parts_keep_their_other_fields():
+  model = OfflineLlm(default="Fine.")
+  recorder = Recorder()
+  runner = make_runner(agent(model=model)[0], [recorder, ContextPackPlugin(window=8192)])
+  session = await new_session(runner)
+  msg = types.Content(role="user", parts=[
+      types.Part(text="Compare these.", thought_signature=b"sig-1"), _image(PNG_1X1),
+      types.Part(text="Be brief.", thought_signature=b"sig-2"),
+  ])
+  async for _ in runner.run_async(user_id=USER, session_id=session.id, new_message=msg):
+    pass
+  user, sent = recorder.requests[0].contents[-1], model.received[0]
+  assert user.parts[0].thought_signature == b"sig-1"  # ADK itself kept it
+  payload = sent.contents[_payload_index(sent)]
+  # The pack is a part of its own; the user's parts follow it, field for field.
+  assert payload.parts[0].text.endswith("USER REQUEST (VERBATIM):\n")
+  assert _dump([types.Content(parts=payload.parts[1:])]) == _dump([types.Content(parts=user.parts)])
+
+
+async def test_the_payload_message_is_byte_identical_across_the_steps_of_an_invocation():
+  model = OfflineLlm(script=[tool_call("lookup", {"q": "damage"}, "c1"), "Done."])
+
+  def lookup(q: str) -> dict:
+    """Looks something up."""
+    return {"q": q, "found": True}
+
+  runner = make_runner(agent(model=model, tools=[lookup])[0], [ContextPackPlugin(window=8192)])
+  session = await new_session(runner)
+  await say(runner, session.id, "Before photo:", parts=[_image(PNG_1X1), types.Part(text="After photo:"), _image(PNG_1X1)])
+  first, second = model.received
+  a, b = first.contents[_payload_index(first)], second.contents[_payload_index(second)]
+  assert _dump([a]) == _dump([b])
+  assert [bool(p.inline_data) for p in a.parts] == [False, True, False, True]
+  assert second.contents[-1].parts[0].function_response.id == "c1"

@@ -80,7 +80,7 @@ async def test_a_pending_long_running_call_keeps_the_history():
   # Grouped the way the plugin groups it, the pending call is pinned and the answered one is not.
   history = orig.contents[:p]
   fps = [sources.fingerprint(c) for c in history]
-  groups = [sources.group_item(history, span, COUNTER, None, sources.answered_ids(history), fps)
+  groups = [sources.group_item(history, span, COUNTER, None, fps)
             for span in sources.group_spans(history)]
   pinned = {tuple(g.meta["span"]): g.pinned for g in groups}
   beta = next(i for i, c in enumerate(history) if ("long_job", {"x": "beta"}) in _calls(c))
@@ -252,6 +252,6 @@ def test_group_spans_pair_by_order_per_key():
   spans = sources.group_spans(contents)
   assert spans == [(0, 1), (1, 2), (2, 3), (3, 5), (5, 7), (7, 10), (10, 11)]
   fps = [sources.fingerprint(c) for c in contents]
-  pinned = [s for s in spans if sources.group_item(contents, s, COUNTER, None, set(), fps).pinned]
+  pinned = [s for s in spans if sources.group_item(contents, s, COUNTER, None, fps).pinned]
   assert pinned == [(1, 2)]
   assert sources.unanswered_calls(contents) == [(1, "name:x")]

@@ -209,9 +209,8 @@ class ContextPackPlugin(BasePlugin):
     keep_groups = len(cache.spans) - 1 if cache.spans else 0
     cache.compiler.truncate_history(keep_groups)
     spans = [(s + restart, e + restart) for s, e in sources.group_spans(history[restart:])]
-    answered = sources.answered_ids(history[restart:])
     items = [
-        sources.group_item(history, span, self.counter, cache.events.by_fp.get(fps[span[0]]), answered, fps)
+        sources.group_item(history, span, self.counter, cache.events.by_fp.get(fps[span[0]]), fps)
         for span in spans
     ]
     cache.compiler.extend_history(items)
@@ -277,12 +276,11 @@ class ContextPackPlugin(BasePlugin):
     inflight_at = convo[anchor + 1:]
     inflight_contents = [contents[i] for i in inflight_at]
     inflight_fps = [sources.fingerprint(c) for c in inflight_contents]
-    answered = sources.answered_ids(inflight_contents)
     # Pinned contents outside the history, in request order: the in-flight
     # steps and the instruction contents, charged like the in-flight steps.
     pinned = [(i, self._instruction_item(n, contents[i])) for n, i in enumerate(sorted(instructions))]
     for s, e in sources.group_spans(inflight_contents):
-      it = sources.group_item(inflight_contents, (s, e), self.counter, None, answered, inflight_fps)
+      it = sources.group_item(inflight_contents, (s, e), self.counter, None, inflight_fps)
       pinned.append((inflight_at[s], it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"})))
     inflight = [it for _, it in sorted(pinned, key=lambda x: x[0])]
 

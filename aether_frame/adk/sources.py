@@ -231,13 +231,12 @@ def group_item(
     span: tuple[int, int],
     counter: TokenCounter,
     info: Optional[EventInfo],
-    answered: set[str],
     fps: Sequence[str],
 ) -> Item:
   """One conversation group as an Item; pinned if it holds a pending call or a confirmation.
 
-  ``answered`` is not used: whether a call is answered is decided within its
-  group (see ``_is_pinned``). It stays for callers that still pass it.
+  Whether a call is answered is decided within its group (see ``_is_pinned``):
+  ``group_spans`` always puts a response in its call's group.
   """
   start, end = span
   chunk = contents[start:end]
@@ -260,18 +259,6 @@ def group_item(
       provenance=Provenance(source=info.event_id if info else None, timestamp=ts, author=author),
       meta={"span": [start, end]},
   )
-
-
-def answered_ids(contents: Sequence[types.Content]) -> set[str]:
-  """Keys of the responses in ``contents``.
-
-  Not a pairing: with stripped ids one key covers every call to a tool, so
-  use ``unanswered_calls`` to tell which calls are pending.
-  """
-  out: set[str] = set()
-  for c in contents:
-    out.update(call_ids(c)[1])
-  return out
 
 
 def plan_items(plan: Optional[PlanState]) -> list[Item]:

@@ -99,7 +99,7 @@ def test_outage_spools_then_flush_uploads_in_order_without_duplicates(gcs_emulat
   async def scenario():
     svc = GcsArtifactService(BUCKET)
     writer = recording_writer(spool_dir=spool_dir, timeout=2.0)  # generous: a loaded CI box must not spool the healthy calls
-    # include_artifacts=False: the plugin's own list_artifacts call has no timeout (see docs/manifests.md).
+    # include_artifacts=False: one timeout per call during the outage (the artifact listing has its own).
     runner, plugin, model = make_run(svc, writer=writer, include_artifacts=False, tools=False)
     sid = await start_session(runner)
     texts = turns(7, tools=False)

@@ -65,6 +65,10 @@ def store_uri(service: Any) -> str:
   return f"{type(service).__name__}@{id(service):x}"
 
 
+class MissingBlobsError(LookupError):
+  """A spooled manifest would point at input blobs its target store does not have."""
+
+
 @dataclass
 class FlushReport:
   flushed: int = 0
@@ -179,9 +183,11 @@ class ManifestWriter:
       task.add_done_callback(lambda _t: self.spool.release())
 
   def _to_spool(self, entry: dict[str, Any], blobs: Mapping[str, bytes], reason: str) -> Path:
-    """Spools the manifest with the blobs the store is not known to have."""
-    known = self._known.get((entry["store"], *self._where(entry["app"], entry["user"], entry["blob_app"])), ())
-    entry["blobs"] = {k: blobs[k].decode("utf-8") for k in blobs if k not in known}
+    """Spools the manifest with every blob it references, even those its store already has.
+
+    ``flush --to`` may send the entry to another store, which has none of them.
+    """
+    entry["blobs"] = {k: blobs[k].decode("utf-8") for k in blobs}
     entry["reason"] = reason[:500]
     path = self.spool.add(entry)
     self.stats["spooled"] += 1
@@ -189,11 +195,22 @@ class ManifestWriter:
     return path
 
   async def _store(self, service, entry: dict[str, Any], *, ctx=None, dedupe: bool = False,
-                   blobs: Optional[Mapping[str, bytes]] = None) -> int:
-    """Blobs first (a manifest never points at a missing blob), then the manifest."""
+                   blobs: Optional[Mapping[str, bytes]] = None, check_refs: bool = False) -> int:
+    """Blobs first (a manifest never points at a missing blob), then the manifest.
+
+    ``check_refs``: the entry goes to another store than it was spooled for;
+    refuse it if it references a blob that neither it nor that store has.
+    """
     app, user = entry["app"], entry["user"]
     blobs = entry_blobs(entry) if blobs is None else blobs
-    blob_stats = await self._put_blobs(service, blob_scope(app, user, entry.get("blob_app", self.blob_app)), blobs, entry["store"])
+    scope = blob_scope(app, user, entry.get("blob_app", self.blob_app))
+    if check_refs:
+      absent = await self._absent_blobs(service, scope, entry["manifest"], blobs)
+      if absent:
+        raise MissingBlobsError(
+            f"references {len(absent)} input blob{'s' if len(absent) != 1 else ''} missing from both the entry and "
+            f"{store_uri(service)} (first: {absent[0]}); flush it to {entry['store']}, which has them")
+    blob_stats = await self._put_blobs(service, scope, blobs, store_uri(service))
     data = manifest_doc.dumps(entry["manifest"])
     kw = dict(app_name=app, user_id=user, session_id=entry["session"], filename=entry["filename"])
     if dedupe:
@@ -213,9 +230,34 @@ class ManifestWriter:
     return version
 
   @staticmethod
-  def _where(app: str, user: str, blob_app: str) -> tuple[str, ...]:
-    scope = blob_scope(app, user, blob_app)
-    return (scope["app_name"], scope["user_id"], scope["session_id"])
+  async def _absent_blobs(service, scope: dict[str, str], manifest: dict[str, Any], carried: Mapping[str, bytes]) -> list[str]:
+    """Blobs ``manifest`` references that are neither in ``carried`` nor in ``service``.
+
+    Entries spooled by earlier versions left out blobs their own store had.
+    Chunks are read (the history tree is walked through them), leaves only listed.
+    """
+    section = manifest.get(replay_inputs.INPUTS_KEY)
+    if section is None:
+      return []
+    have = dict(carried)
+    absent: list[str] = []
+
+    async def load(keys: list[str]) -> None:
+      parts = await asyncio.gather(*(service.load_artifact(**scope, filename=blob_filename(k)) for k in keys))
+      for k, part in zip(keys, parts):
+        if part is not None and part.inline_data is not None and part.inline_data.data is not None:
+          have[k] = replay_inputs.unpack_blob(part.inline_data.data)
+        else:
+          absent.append(k)
+
+    await load([k for k in dict.fromkeys(replay_inputs.first_keys(section)) if k not in have])
+    while need := [k for k in replay_inputs.missing_chunks(section, have) if k not in absent]:
+      await load(need)
+    if absent:
+      return absent
+    leaves = [k for k in dict.fromkeys(replay_inputs.history_keys(section, have)) if k not in have]
+    found = await asyncio.gather(*(service.list_artifact_versions(**scope, filename=blob_filename(k)) for k in leaves))
+    return [k for k, versions in zip(leaves, found) if not versions]
 
   async def _put_blobs(self, service, scope: dict[str, str], blobs: Mapping[str, bytes], store: str) -> dict[str, int]:
     """Writes the blobs not already there (or whose newest copy is about to age out)."""
@@ -251,7 +293,8 @@ class ManifestWriter:
       return report
     if self._flush_lock is None:
       self._flush_lock = asyncio.Lock()
-    store = store or store_uri(service)
+    target = store_uri(service)
+    store = store or target
     async with self._flush_lock:
       with self.spool.lock() as mine:
         if not mine:
@@ -274,7 +317,7 @@ class ManifestWriter:
               continue
           try:
             entry = self.spool.read(path)
-            task = asyncio.ensure_future(self._store(service, entry, dedupe=True))
+            task = asyncio.ensure_future(self._store(service, entry, dedupe=True, check_refs=store != target))
             done, _ = await asyncio.wait({task}, timeout=max(self.timeout, wait))
             if task not in done:
               self._adopt(path, task)

@@ -60,20 +60,52 @@ def _err(msg: str) -> None:
   print(f"aether-frame: {msg}", file=sys.stderr)
 
 
+def _cloud_errors() -> tuple[type[BaseException], ...]:
+  """Credential and API errors of the Google clients (google-cloud-storage is an extra)."""
+  out: list[type[BaseException]] = []
+  try:
+    from google.auth.exceptions import GoogleAuthError
+    out.append(GoogleAuthError)
+  except ImportError:  # pragma: no cover - google-auth comes with google-adk
+    pass
+  try:
+    from google.api_core.exceptions import GoogleAPIError
+    out.append(GoogleAPIError)
+  except ImportError:  # pragma: no cover
+    pass
+  return tuple(out)
+
+
+def _one_line(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return text[0] if text else type(e).__name__
+
+
 def _run(coro) -> int:
+  """Runs a handler; every failure is one line on stderr and exit 2, never 1 ("a difference")."""
   from ..core.manifest import ManifestIntegrityError
-  from .source import LocationError
   try:
     return asyncio.run(coro)
   except ManifestIntegrityError as e:
     _err(f"refused: {e}")
     return EXIT_REFUSED
-  except (LocationError, FileNotFoundError, ValueError) as e:
-    _err(str(e))
-    return EXIT_REFUSED
   except BrokenPipeError:  # output piped into head & co.
     sys.stdout = open(os.devnull, "w")
     return EXIT_DIFF
+  except OSError as e:
+    _err(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else f"{type(e).__name__}: {_one_line(e)}")
+    return EXIT_REFUSED
+  except ValueError as e:  # LocationError, SpoolEntryError, bad JSON or policy fields
+    _err(_one_line(e))
+    return EXIT_REFUSED
+  except _cloud_errors() as e:
+    _err(f"{type(e).__name__}: {_one_line(e)}")
+    return EXIT_REFUSED
+  except Exception as e:  # a bug: keep the traceback for the report, but not exit 1
+    import traceback
+    traceback.print_exc()
+    _err(f"internal error: {type(e).__name__}: {_one_line(e)}")
+    return EXIT_REFUSED
 
 
 async def _one_session(source, loc: str):
@@ -206,10 +238,17 @@ def _flush(args) -> int:
   return _run(_flush_async(args))
 
 
+def _bucket_of(store: str) -> str:
+  bucket, _, prefix = store[len("gs://"):].partition("/")
+  if not bucket or prefix.strip("/"):
+    raise ValueError(f"{store}: flush writes to a bucket's root (GcsArtifactService has no prefix); pass gs://BUCKET")
+  return bucket
+
+
 def _service_for(store: str):
   if store.startswith("gs://"):
+    bucket = _bucket_of(store)
     from google.adk.artifacts import GcsArtifactService
-    bucket = store[len("gs://"):].split("/", 1)[0]
     return GcsArtifactService(bucket)
   if "@" in store and not Path(store).exists():
     raise ValueError(f"spooled for an in-process store ({store}); pass --to LOCATION to send it somewhere durable")
@@ -221,13 +260,18 @@ async def _flush_async(args) -> int:
   from ..adk.manifest_store import ManifestWriter, store_uri
   from .spool import Spool, default_spool_dir
   spool = Spool(args.spool or default_spool_dir())
+  if args.to and args.to.startswith("gs://"):
+    _bucket_of(args.to)  # refused before anything is read
   paths = spool.pending()
   if not paths:
     print(f"spool {spool.root}: nothing to flush")
     return EXIT_OK
   stores: dict[str, None] = {}
-  for p in paths:
-    stores.setdefault(Spool.read(p).get("store", ""), None)
+  for p in paths:  # a bad entry stops everything here, before anything is sent out of order
+    try:
+      stores.setdefault(Spool.read(p)["store"], None)
+    except FileNotFoundError:  # flushed meanwhile by the agent itself
+      continue
   failed = False
   for store in stores:
     service = _service_for(args.to or store)

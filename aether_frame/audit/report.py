@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 from ..core import manifest as manifest_doc
 from .diff import CacheBreak, cache_break
-from .replay import Rebuilt, compare, default_ranking, rebuild
-from .source import SessionRef
+from .replay import Rebuilt, _without, compare, default_ranking, rebuild
+from .source import LocationError, SessionRef
 
 BAR_ORDER = ("system", "tools", "conversation", "task", "evidence", "memory")
 COLORS = {
@@ -37,12 +37,20 @@ class CallRow:
 
 
 async def collect(source, ref: SessionRef) -> list[CallRow]:
-  """Verifies and rebuilds each call; a call that cannot be rebuilt still gets its bar."""
+  """Verifies and rebuilds each call; a call that cannot be rebuilt still gets its bar.
+
+  One that cannot even be read (not JSON) gets an empty bar saying so.
+  """
   ranking = default_ranking()
   rows: list[CallRow] = []
   prev: Optional[Rebuilt] = None
   for v in await source.versions(ref):
-    call = await source.load(ref, v)
+    try:
+      call = await source.load(ref, v)
+    except LocationError as e:
+      rows.append(CallRow(f"{ref.label()} v{v}", v, {}, error=_without(str(e), f"{source.uri} {ref.label()} v{v}")))
+      prev = None
+      continue
     doc = manifest_doc.verify(call.doc, where=call.where)  # a tampered manifest stops the report
     row = CallRow(call.label, v, manifest_doc.body_of(doc), events=list(doc.get("truncation_events") or []))
     try:
@@ -50,7 +58,7 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
     except manifest_doc.ManifestIntegrityError:
       raise
     except Exception as e:
-      row.error = f"{type(e).__name__}: {e}"
+      row.error = f"{type(e).__name__}: {_without(str(e), call.where)}"
       prev = None
     else:
       row.replay = "identical" if not compare(rb.stored_body, rb.pack.manifest)[0] else "differs"
@@ -107,12 +115,12 @@ def _bar(row: CallRow) -> str:
   return f'<div class="bar">{"".join(segs)}{marker}</div>'
 
 
-def _cache_cell(row: CallRow) -> str:
+def _cache_cell(row: CallRow, first: bool) -> str:
   c = row.cache
   if row.error:
     return f'<span class="warn">not rebuilt: {_e(row.error[:160])}</span>'
-  if c is None:
-    return "first call (cold cache)"
+  if c is None:  # no break computed: the first call, or the one before it was not rebuilt
+    return "first call (cold cache)" if first else "cache break unknown (previous call not rebuilt)"
   if c.identical:
     return "prefix identical"
   return (f"breaks at byte {c.break_byte:,} of {c.bytes_b:,} in <code>{_e(c.segment)}</code>: "
@@ -140,10 +148,11 @@ def render_html(ref: SessionRef, rows: list[CallRow], *, title: Optional[str] = 
         f'<td class="barcell">{_bar(row)}<div class="meta">{totals.get("tokens", 0):,} / {b.get("window", 0):,} tokens'
         f' ({100.0 * totals.get("tokens", 0) / max(1, b.get("window") or 1):.1f}% of window, usable {b.get("usable", 0):,})'
         f' · replay: <span class="{_e(status)}">{_e(status)}</span></div>{ev_html}</td>'
-        f'<td class="cache">{_cache_cell(row)}</td></tr>'
+        f'<td class="cache">{_cache_cell(row, i == 0)}</td></tr>'
     )
-  summary = (f"{len(rows)} calls · window {rows[0].body.get('window', 0) if rows else 0:,} tokens · "
-             f"{n_events} truncation events · tokenizer {_e((rows[0].body.get('tokenizer') or {}).get('name', '?') if rows else '?')}")
+  head = next((r.body for r in rows if r.body), {})
+  summary = (f"{len(rows)} calls · window {head.get('window', 0):,} tokens · "
+             f"{n_events} truncation events · tokenizer {_e((head.get('tokenizer') or {}).get('name', '?'))}")
   return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
 <style>

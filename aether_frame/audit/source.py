@@ -169,6 +169,21 @@ class FolderSource(Source):
             out.append(SessionRef(app_dir.name, user_dir.name, sess_dir.name))
     return out
 
+  async def blob_scopes(self) -> list[tuple[str, str]]:
+    """(app, user) pairs holding input blobs here, for a manifest that does not say whose it is."""
+    apps = Path(self.service.root_dir) / "apps"
+    out: list[tuple[str, str]] = []
+    for user_dir in sorted((apps / self.blob_app / "users").glob("*")):
+      for sess_dir in sorted((user_dir / "sessions").glob("*")):
+        app = "user" if sess_dir.name == "_user" else sess_dir.name
+        if self.app in (None, app) and self.user in (None, user_dir.name):
+          out.append((app, user_dir.name))
+    for sess_dir in sorted(apps.glob(f"*/users/*/sessions/{_LEGACY_BLOB_SESSION}")):
+      pair = (sess_dir.parents[3].name, sess_dir.parents[1].name)
+      if self.app in (None, pair[0]) and self.user in (None, pair[1]) and pair not in out:
+        out.append(pair)
+    return out
+
 
 class FileSource:
   """One manifest file: a spool entry (blobs inside), or a manifest with a blob source beside it."""
@@ -182,6 +197,7 @@ class FileSource:
       raise LocationError(f"{path}: not JSON ({e})") from None
     self.blob_source = blob_source
     self._bundle: dict[str, bytes] = {}
+    self._search_scopes = False
     version = None
     if is_entry(raw):
       self.ref = SessionRef(raw["app"], raw["user"], raw["session"])
@@ -196,8 +212,9 @@ class FileSource:
         self.blob_source = FolderSource(FileArtifactService(root_dir=str(root)), str(root))
       elif blob_source is not None and blob_source.app and blob_source.user:
         self.ref = SessionRef(blob_source.app, blob_source.user, str(doc.get("session_id") or "?"))
-      else:
+      else:  # a manifest does not say whose it is: a store root's or app folder's users are searched
         self.ref = SessionRef("?", "?", str(doc.get("session_id") if isinstance(doc, dict) else "?"))
+        self._search_scopes = hasattr(blob_source, "blob_scopes")
     self.call = StoredCall(self.ref, version, doc, str(path))
 
   async def sessions(self) -> list[SessionRef]:
@@ -215,27 +232,40 @@ class FileSource:
   async def blobs(self, app: str, user: str, keys: list[str]) -> dict[str, bytes]:
     have = dict(self._bundle)
     missing = [k for k in keys if k not in have]
-    if missing and self.blob_source is not None:
+    if not missing or self.blob_source is None:
+      return have
+    if not self._search_scopes:
       have.update(await self.blob_source.blobs(app, user, missing))
+      return have
+    # Any user's copy will do: every blob is checked against its key.
+    for scope_app, scope_user in await self.blob_source.blob_scopes():
+      have.update(await self.blob_source.blobs(scope_app, scope_user, missing))
+      missing = [k for k in missing if k not in have]
+      if not missing:
+        break
     return have
+
+
+def _apps_ancestors(parts: tuple[str, ...]):
+  """(index, rest) for each ``apps`` component of ``parts``, innermost first (an app may be called apps)."""
+  for i in range(len(parts) - 1, -1, -1):
+    if parts[i] == "apps":
+      yield i, parts[i + 1:]
 
 
 def _file_tree_position(path: Path):
   """(root, ref, version) when ``path`` is a manifest inside a FileArtifactService tree."""
   parts = path.resolve().parts
-  try:
-    i = len(parts) - 1 - parts[::-1].index("apps")
-  except ValueError:
-    return None
-  rest = parts[i + 1:]
-  # apps/A/users/U/sessions/S/artifacts/<filename...>/versions/N/<name>
-  if len(rest) < 9 or rest[1] != "users" or rest[3] != "sessions" or rest[5] != "artifacts" or rest[-3] != "versions":
-    return None
-  try:
-    version = int(rest[-2])
-  except ValueError:
-    return None
-  return Path(*parts[:i]), SessionRef(rest[0], rest[2], rest[4]), version
+  for i, rest in _apps_ancestors(parts):
+    # apps/A/users/U/sessions/S/artifacts/<filename...>/versions/N/<name>
+    if len(rest) < 9 or rest[1] != "users" or rest[3] != "sessions" or rest[5] != "artifacts" or rest[-3] != "versions":
+      continue
+    try:
+      version = int(rest[-2])
+    except ValueError:
+      continue
+    return Path(*parts[:i]), SessionRef(rest[0], rest[2], rest[4]), version
+  return None
 
 
 def open_location(loc: str, *, blobs: Optional[str] = None):
@@ -252,22 +282,42 @@ def open_location(loc: str, *, blobs: Optional[str] = None):
     return GcsSource(GcsArtifactService(bucket), f"gs://{bucket}", *segs)
   path = Path(loc).expanduser()
   if path.is_file():
-    return FileSource(path, open_location(blobs) if blobs else None)
+    return FileSource(path, _blob_location(blobs) if blobs else None)
   if path.is_dir():
     return _folder(path)
   raise LocationError(f"{loc}: no such file, folder or gs:// location")
 
 
+def _blob_location(loc: str) -> Source:
+  """``--blobs``: a user's blobs in a bucket, or a folder (a store root's users are searched)."""
+  if loc.startswith("gs://") and len([s for s in loc[len("gs://"):].split("/") if s]) < 3:
+    raise LocationError(f"--blobs {loc}: a bucket is not searched; name whose blobs they are: gs://BUCKET/APP/USER")
+  source = open_location(loc)
+  if not isinstance(source, Source):
+    raise LocationError(f"--blobs {loc}: expected gs://BUCKET/APP/USER or a FileArtifactService folder, not a file")
+  return source
+
+
+def _fits_layout(rest: tuple[str, ...], path: Path) -> bool:
+  """``rest`` (below ``apps/``) is A, A/users, A/users/U, A/users/U/sessions, or a session or below."""
+  if not rest or rest[1:2] not in ((), ("users",)) or rest[3:4] not in ((), ("sessions",)):
+    return False
+  if len(rest) == 1:  # only a name to go by: an app folder has users/ inside
+    return (path / "users").is_dir()
+  return len(rest) <= 5 or rest[5] == "artifacts"
+
+
 def _folder(path: Path) -> FolderSource:
+  """A store root (``apps/`` inside), or a folder below one's ``apps/``, narrowed to it."""
   from google.adk.artifacts import FileArtifactService
+  if (path / "apps").is_dir():  # first: a store may itself sit below a folder called apps
+    return FolderSource(FileArtifactService(root_dir=str(path)), str(path))
   parts = path.resolve().parts
-  if "apps" in parts:
-    i = len(parts) - 1 - parts[::-1].index("apps")
-    root, rest = Path(*parts[:i]), parts[i + 1:]
-    app = rest[0] if len(rest) >= 1 else None
-    user = rest[2] if len(rest) >= 3 and rest[1] == "users" else None
-    session = rest[4] if len(rest) >= 5 and rest[3] == "sessions" else None
-    return FolderSource(FileArtifactService(root_dir=str(root)), str(path), app, user, session)
-  if not (path / "apps").is_dir():
-    raise LocationError(f"{path}: not a FileArtifactService folder (no apps/ inside)")
-  return FolderSource(FileArtifactService(root_dir=str(path)), str(path))
+  for i, rest in _apps_ancestors(parts):
+    if not _fits_layout(rest, path):
+      continue
+    app = rest[0]
+    user = rest[2] if len(rest) >= 3 else None
+    session = rest[4] if len(rest) >= 5 else None
+    return FolderSource(FileArtifactService(root_dir=str(Path(*parts[:i]))), str(path), app, user, session)
+  raise LocationError(f"{path}: not a FileArtifactService folder (no apps/ inside, nor below apps/APP/users/USER/sessions/SESSION)")

@@ -70,6 +70,25 @@ def is_entry(doc: Any) -> bool:
   return isinstance(doc, dict) and doc.get("schema") == SPOOL_SCHEMA
 
 
+_REQUIRED = ("store", "app", "user", "session", "filename")
+
+
+class SpoolEntryError(ValueError):
+  """A spool file that is not a readable entry; its message names the file."""
+
+
+def check_entry(doc: Any, where: str) -> dict[str, Any]:
+  """The entry, or SpoolEntryError: a bad one must stop the flush, not go to a guessed store."""
+  if not is_entry(doc):
+    raise SpoolEntryError(f"{where}: not a spool entry (expected a JSON object with schema {SPOOL_SCHEMA})")
+  absent = [k for k in _REQUIRED if not isinstance(doc.get(k), str) or not doc[k]]
+  if absent:
+    raise SpoolEntryError(f"{where}: spool entry has no {', '.join(absent)}")
+  if not isinstance(doc.get("manifest"), dict) or not isinstance(doc.get("blobs", {}), dict):
+    raise SpoolEntryError(f"{where}: spool entry's manifest or blobs is not a JSON object")
+  return doc
+
+
 class Spool:
   """A folder of pending writes. Created on first use, never read by the agent itself."""
 
@@ -101,8 +120,13 @@ class Spool:
 
   @staticmethod
   def read(path: Path) -> dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
+    """The entry at ``path``, checked; errors name the file (move it aside to flush the rest)."""
+    try:
+      with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    except ValueError as e:  # includes UnicodeDecodeError
+      raise SpoolEntryError(f"{path}: not JSON ({e})") from None
+    return check_entry(doc, str(path))
 
   def pending(self, store: Optional[str] = None) -> list[Path]:
     """Entries waiting, oldest first; only those for ``store`` when given."""

@@ -132,3 +132,43 @@ async def test_a_dedicated_manifest_store_keeps_manifests_out_of_the_apps_artifa
   assert plugin.faults == 0
   assert await app_store.list_artifact_keys(app_name=APP, user_id=USER, session_id=sid) == []
   assert len(await _versions(own, sid)) == 2
+
+
+async def test_spooled_blobs_are_kept_once_and_collected_after_the_flush(tmp_path):
+  """Every entry names all its blobs, but a long outage costs disk for new content only."""
+  svc = FlakyStore()
+  writer = recording_writer(spool_dir=tmp_path / "spool", timeout=2.0)
+  runner, plugin, model = make_run(svc, writer=writer, include_artifacts=False, tools=False)
+  sid = await start_session(runner)
+  svc.down = True
+  for t in turns(8, tools=False):
+    await say(runner, sid, t)
+  spool = writer.spool
+  entries = [Spool.read(p) for p in spool.pending()]
+  named = [k for e in entries for k in e["blob_keys"]]
+  files = {p.name for p in (spool.root / "blobs").iterdir()}
+  assert len(entries) == 8 and files == set(named) and len(named) > 2 * len(files)
+  assert all(set(e["blobs"]) == set(e["blob_keys"]) for e in entries)  # read back whole
+  svc.down = False
+  rep = await writer.flush(svc)
+  assert (rep.flushed, rep.pending) == (8, 0)
+  assert len(list((spool.root / "blobs").iterdir())) == len(files)  # within the grace period: kept
+  assert spool.collect(grace_s=0) == len(files) and not list((spool.root / "blobs").iterdir())
+  assert len(await _versions(svc, sid)) == 8
+
+
+def test_an_entry_whose_blob_file_is_gone_is_refused_by_name(tmp_path):
+  from aether_frame.audit.spool import SpoolEntryError, make_entry
+
+  spool = Spool(tmp_path / "spool")
+  key = "ab" * 32
+  path = spool.add(make_entry(store="mem://x", app=APP, user=USER, session="s", filename=MANIFEST_FILENAME,
+                              blob_app="b", manifest={"checksum": "x"}, blobs={key: b"[1]"}))
+  assert Spool.read(path)["blobs"] == {key: "[1]"}
+  (spool.root / "blobs" / key).unlink()
+  try:
+    Spool.read(path)
+  except SpoolEntryError as e:
+    assert key in str(e) and path.name in str(e)
+  else:
+    raise AssertionError("a missing blob must be refused")

@@ -334,6 +334,7 @@ class ManifestWriter:
             report.flushed += 1
             self.stats["flushed"] += 1
         report.pending = len(self.spool.pending(store))
+        self.spool.collect()
     return report
 
   def _warn(self, key: str, msg: str, *args) -> None:

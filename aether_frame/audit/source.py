@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from ..adk.manifest_store import BLOB_APP, MANIFEST_FILENAME, blob_filename, blob_scope
 from . import inputs as replay_inputs
-from .spool import entry_blobs, is_entry
+from .spool import SpoolEntryError, check_entry, entry_blobs, is_entry, load_blobs
 
 _LEGACY_BLOB_SESSION = "_context_pack_blobs"
 _VERSION_SUFFIX = re.compile(r"^(?P<loc>.+)@(?P<v>-?\d+)$")
@@ -200,6 +200,10 @@ class FileSource:
     self._search_scopes = False
     version = None
     if is_entry(raw):
+      try:
+        raw = load_blobs(check_entry(raw, str(path)), path.parent, str(path))
+      except SpoolEntryError as e:
+        raise LocationError(str(e)) from None
       self.ref = SessionRef(raw["app"], raw["user"], raw["session"])
       doc = raw["manifest"]
       self._bundle = entry_blobs(raw)

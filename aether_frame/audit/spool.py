@@ -4,6 +4,11 @@ One JSON file per failed write, named so that a plain sort is write order.
 ``ManifestWriter`` flushes the spool, oldest first, before its next direct
 write, and ``aether-frame flush`` does the same from the command line, so
 nothing is lost and a session's manifest versions stay in call order.
+
+An entry carries every input blob its manifest references (it may be sent to
+another store, which has none of them), but the blobs are kept once, by
+content, under ``blobs/``: a long session's history is the same blobs call
+after call, so an outage costs disk for new content only.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from typing import Any, Iterator, Mapping, Optional
 
 SPOOL_SCHEMA = "aether-frame/spool@1"
 SPOOL_ENV = "AETHER_FRAME_SPOOL_DIR"
+BLOB_DIR = "blobs"
+BLOB_GRACE_S = 3600.0
+"""A blob no entry references is deleted only this long after its last write:
+an agent may be adding the entry that references it at the same moment."""
 
 _seq_lock = threading.Lock()
 _last_stamp = 0
@@ -66,6 +75,26 @@ def entry_blobs(entry: dict[str, Any]) -> dict[str, bytes]:
   return {k: v.encode("utf-8") for k, v in entry.get("blobs", {}).items()}
 
 
+def load_blobs(entry: dict[str, Any], spool_root: Path, where: str) -> dict[str, Any]:
+  """The entry with the blobs it names (``blob_keys``) read back from ``spool_root/blobs``.
+
+  Entries written before the shared blob folder carry theirs inline.
+  """
+  keys = entry.get("blob_keys")
+  if not keys:
+    return entry
+  blobs = dict(entry.get("blobs") or {})
+  bdir = Path(spool_root) / BLOB_DIR
+  for key in keys:
+    if key in blobs:
+      continue
+    try:
+      blobs[key] = (bdir / key).read_text(encoding="utf-8")
+    except FileNotFoundError:
+      raise SpoolEntryError(f"{where}: blob {key} is missing from {bdir}") from None
+  return {**entry, "blobs": blobs}
+
+
 def is_entry(doc: Any) -> bool:
   return isinstance(doc, dict) and doc.get("schema") == SPOOL_SCHEMA
 
@@ -86,7 +115,28 @@ def check_entry(doc: Any, where: str) -> dict[str, Any]:
     raise SpoolEntryError(f"{where}: spool entry has no {', '.join(absent)}")
   if not isinstance(doc.get("manifest"), dict) or not isinstance(doc.get("blobs", {}), dict):
     raise SpoolEntryError(f"{where}: spool entry's manifest or blobs is not a JSON object")
+  keys = doc.get("blob_keys", [])
+  if not isinstance(keys, list) or not all(isinstance(k, str) and _is_key(k) for k in keys):
+    raise SpoolEntryError(f"{where}: spool entry's blob_keys is not a list of sha256 hex keys")
   return doc
+
+
+def _is_key(key: str) -> bool:
+  return len(key) == 64 and all(c in "0123456789abcdef" for c in key)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+    raise
 
 
 class Spool:
@@ -98,19 +148,24 @@ class Spool:
     self._lock_file = None
 
   def add(self, entry: dict[str, Any]) -> Path:
-    self.root.mkdir(parents=True, exist_ok=True)
+    """Writes the entry's blobs (those not spooled already), then the entry naming them."""
+    blobs = dict(entry.get("blobs") or {})
+    bad = [k for k in blobs if not _is_key(k)]
+    if bad:
+      raise ValueError(f"spool blob keys must be sha256 hex, got {bad[0]!r}")
+    bdir = self.root / BLOB_DIR
+    bdir.mkdir(parents=True, exist_ok=True)
+    for key in sorted(blobs):
+      path = bdir / key
+      if path.exists():
+        with contextlib.suppress(FileNotFoundError):
+          os.utime(path)  # in use again: out of the collector's reach for another grace period
+      if not path.exists():  # (a collector may have taken it between the two checks)
+        _write_atomic(path, blobs[key])
+    stored = {k: v for k, v in entry.items() if k != "blobs"}
+    stored["blob_keys"] = sorted(blobs)
     name = f"{_stamp():020d}-{store_tag(entry['store'])}-{os.getpid()}.json"
-    fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
-    try:
-      with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(entry, f, ensure_ascii=False, separators=(",", ":"))
-        f.flush()
-        os.fsync(f.fileno())
-      os.replace(tmp, self.root / name)
-    except BaseException:
-      with contextlib.suppress(OSError):
-        os.unlink(tmp)
-      raise
+    _write_atomic(self.root / name, json.dumps(stored, ensure_ascii=False, separators=(",", ":")))
     return self.root / name
 
   def paths(self) -> list[Path]:
@@ -120,13 +175,13 @@ class Spool:
 
   @staticmethod
   def read(path: Path) -> dict[str, Any]:
-    """The entry at ``path``, checked; errors name the file (move it aside to flush the rest)."""
+    """The entry at ``path`` with its blobs, checked; errors name the file (move it aside to flush the rest)."""
     try:
       with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     except ValueError as e:  # includes UnicodeDecodeError
       raise SpoolEntryError(f"{path}: not JSON ({e})") from None
-    return check_entry(doc, str(path))
+    return load_blobs(check_entry(doc, str(path)), Path(path).parent, str(path))
 
   def pending(self, store: Optional[str] = None) -> list[Path]:
     """Entries waiting, oldest first; only those for ``store`` when given."""
@@ -140,6 +195,33 @@ class Spool:
   def remove(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
       path.unlink()
+
+  def collect(self, *, grace_s: float = BLOB_GRACE_S) -> int:
+    """Deletes blobs no entry references any more (after ``grace_s``); returns how many.
+
+    Run by a flush, under the spool lock. An entry that cannot be read keeps
+    every blob (it may still need them).
+    """
+    bdir = self.root / BLOB_DIR
+    if not bdir.is_dir():
+      return 0
+    used: set[str] = set()
+    for path in self.paths():
+      try:
+        with open(path, encoding="utf-8") as f:
+          keys = json.load(f).get("blob_keys", [])
+      except (OSError, ValueError, AttributeError):
+        return 0
+      used.update(k for k in keys if isinstance(k, str))
+    cutoff, removed = time.time() - grace_s, 0
+    for blob in bdir.iterdir():
+      if blob.name.startswith(".") or blob.name in used:
+        continue
+      with contextlib.suppress(FileNotFoundError):
+        if blob.stat().st_mtime < cutoff:
+          blob.unlink()
+          removed += 1
+    return removed
 
   def acquire(self) -> bool:
     """Non-blocking inter-process lock, re-entrant within this Spool object.

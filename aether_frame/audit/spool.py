@@ -166,6 +166,11 @@ class Spool:
     stored["blob_keys"] = sorted(blobs)
     name = f"{_stamp():020d}-{store_tag(entry['store'])}-{os.getpid()}.json"
     _write_atomic(self.root / name, json.dumps(stored, ensure_ascii=False, separators=(",", ":")))
+    # A collector in another process that listed the entries before this one
+    # landed may have taken a blob this entry reuses: put any such back.
+    for key in sorted(blobs):
+      if not (bdir / key).exists():
+        _write_atomic(bdir / key, blobs[key])
     return self.root / name
 
   def paths(self) -> list[Path]:

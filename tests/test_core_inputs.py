@@ -125,3 +125,20 @@ def test_the_predicted_cut_counts_memory_after_top_k():
   pack = compile_pack(inp, COUNTER, ranker=ranker, history_index=ranker.new_history_index())
   assert pack.manifest["tail"]["start"] == 0
   assert not [r for r in pack.manifest["items"] if r["kind"] == "recall"]
+
+
+def test_the_ranking_is_part_of_the_input_hash_and_the_manifest():
+  from aether_frame.retrieval import RetrievalWeights
+
+  history = [Item(id=f"h{i}", layer=Layer.CONVERSATION, role="user", parts=[{"text": f"turn {i}"}], text=f"turn {i}")
+             for i in range(3)]
+  items = [*_base(), Item(id="ev:a", layer=Layer.EVIDENCE, text="alpha beta"), Item(id="ev:b", layer=Layer.EVIDENCE, text="gamma")]
+  inp = CompileInput(policy=PackPolicy(), history=history, call=CallInputs(items=items, window=4000))
+  plain = compile_pack(inp, COUNTER)
+  ranked = compile_pack(inp, COUNTER, ranker=default_ranker())
+  other = compile_pack(inp, COUNTER, ranker=default_ranker(weights=RetrievalWeights(prf_weight=0.0)))
+  assert plain.manifest["ranking"] == {"ranker": None, "history_index": None}
+  assert ranked.manifest["ranking"]["ranker"]["name"] == "hybrid"
+  ids = {plain.manifest["pack_id"], ranked.manifest["pack_id"], other.manifest["pack_id"]}
+  assert len(ids) == 3  # the same items ranked another way are another pack
+  assert compile_pack(inp, COUNTER, ranker=default_ranker()).manifest == ranked.manifest

@@ -232,6 +232,8 @@ def _causes(stored, rebuilt, stored_policy, rebuilt_policy) -> list[str]:
     causes.append("policy differs" + (f" ({', '.join(changed)})" if changed else " (the policy now hashes differently: new or changed policy fields in this code)"))
   if stored.get("tokenizer") != rebuilt.get("tokenizer"):
     causes.append(f"tokenizer differs: {_tok(stored.get('tokenizer'))} → {_tok(rebuilt.get('tokenizer'))}")
+  if stored.get("ranking") != rebuilt.get("ranking"):
+    causes.append(f"ranking differs: {_fmt(stored.get('ranking'))} → {_fmt(rebuilt.get('ranking'))}")
   if not causes:
     if stored.get("input_sha256") != rebuilt.get("input_sha256"):
       causes.append("same policy and tokenizer, but the costed inputs hash differently: item costing or hashing changed in this code")

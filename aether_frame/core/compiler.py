@@ -147,6 +147,19 @@ def _digest(item: Item) -> str:
   return sha256_hex(head + "\x1e" + item.text + "\x1e" + tail + "\x1e" + meta)
 
 
+def describe_ranking(ranker: Optional[Ranker], history_index: Optional[HistoryIndex]) -> dict[str, Any]:
+  """The ranker (its own ``describe()`` when it has one) and the recall index, by name.
+
+  Part of the input hash and the manifest: the same items ranked another way
+  are another pack, and replay says so instead of blaming the compiler.
+  """
+  describe = getattr(ranker, "describe", None)
+  return {
+      "ranker": describe() if callable(describe) else (type(ranker).__qualname__ if ranker is not None else None),
+      "history_index": type(history_index).__qualname__ if history_index is not None else None,
+  }
+
+
 class CompilerSession:
   """One conversation's compiler state; not thread-safe (one per session)."""
 
@@ -164,6 +177,7 @@ class CompilerSession:
     self.history_index = history_index
     self._indexed = 0
     """Groups in ``history_index``: the trimmed region of the last search (see ``_recall``)."""
+    self._ranking = describe_ranking(ranker, history_index)
     self._policy_hash = policy.policy_hash()
     self._skeleton = 0
     self.history: list[Item] = []
@@ -527,6 +541,7 @@ class CompilerSession:
     body = {
         "policy": self._policy_hash,
         "tokenizer": self.counter.name,
+        "ranking": self._ranking,
         "history": self._chain[-1],
         "history_len": len(self.history),
         "items": item_digests,
@@ -975,6 +990,7 @@ class CompilerSession:
         "usable": alloc.usable,
         "token_scale": call.token_scale,
         "tokenizer": self.counter.describe(),
+        "ranking": self._ranking,
         "policy_hash": self._policy_hash,
         "layers": layers,
         "totals": {

@@ -97,6 +97,17 @@ class HybridRanker:
 
   # -- public ---------------------------------------------------------------
 
+  def describe(self) -> dict[str, Any]:
+    """What decides its scores, for the manifest and the input hash: two packs
+    ranked with other weights or another embedder must not share a pack id."""
+    from aether_frame.core.canonical import digest
+
+    return {
+        "name": "hybrid",
+        "weights": digest(self.weights.model_dump(mode="json")),
+        "embedder": self.embedder.name if self.embedder is not None else None,
+    }
+
   def child(self) -> "HybridRanker":
     """A ranker with the same weights, embedder and caches, but its own indexes."""
     twin = HybridRanker(self.weights, embedder=self.embedder, index_text=self._index_text)

@@ -142,3 +142,20 @@ def test_the_ranking_is_part_of_the_input_hash_and_the_manifest():
   ids = {plain.manifest["pack_id"], ranked.manifest["pack_id"], other.manifest["pack_id"]}
   assert len(ids) == 3  # the same items ranked another way are another pack
   assert compile_pack(inp, COUNTER, ranker=default_ranker()).manifest == ranked.manifest
+
+
+def test_a_trimmed_range_counts_only_the_groups_it_drops():
+  history = [Item(id=f"h{i}", layer=Layer.CONVERSATION, role="user" if i % 2 == 0 else "model", pinned=(i == 3),
+                  parts=[{"text": f"Turn {i}. " + "we discussed pricing " * 30}]) for i in range(30)]
+  pack = _pack(_base(), history, window=2000)
+  drops = [e for e in pack.manifest["truncation_events"] if e["layer"] == "conversation" and "range" in e]
+  assert drops and "h3" in pack.conversation_ids
+  tokens = {r["id"]: r["tokens"] for r in pack.manifest["items"] if r["layer"] == "conversation"}
+  session = CompilerSession(PackPolicy(), COUNTER)
+  session.extend_history(history)
+  cost = {h: session.history_group(h).tokens for h in session.history_ids()}
+  for e in drops:
+    ids = session.history_ids()[e["range"]["start"]:e["range"]["end"]]
+    assert e["tokens"] == sum(cost[i] for i in ids if i != "h3")
+    assert "h3" not in e.get("item_ids", [])
+  assert tokens["h3"] == cost["h3"]

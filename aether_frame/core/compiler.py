@@ -762,7 +762,10 @@ class CompilerSession:
             "first_id": self.history[start].id if end > start else None,
             "last_id": self.history[end - 1].id if end > start else None,
         },
-        "tokens": self._cum[end] - self._cum[start],
+        # Pinned groups in the range stay in the pack: not dropped, not counted.
+        "tokens": self._cum[end] - self._cum[start] - sum(
+            self.history[p].tokens for p in self._pinned[bisect.bisect_left(self._pinned, start):bisect.bisect_left(self._pinned, end)]
+        ),
     }
     if dropped is not None:
       event["item_ids"] = [self.history[p].id for p in dropped]

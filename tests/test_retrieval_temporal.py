@@ -8,7 +8,8 @@ import pytest
 
 from aether_frame.core.items import Item, Layer, Provenance
 from aether_frame.retrieval import HybridRanker, parse_time_range
-from aether_frame.retrieval.temporal import has_time_expression, is_when_question, temporal_score
+from aether_frame.retrieval.temporal import _WHEN, has_time_expression, is_when_question, temporal_score
+from aether_frame.retrieval.text import PLAIN_WORDS
 
 
 def ts(y: int, m: int, d: int) -> float:
@@ -98,3 +99,92 @@ def test_ranker_favours_items_from_the_named_period():
   assert ranked[0].id == "may"
   assert ranked[0].meta["explain"]["temporal"] == 1.0
   assert {it.id: it.meta["explain"]["temporal"] for it in ranked}["april"] == 0.0
+
+
+def _span(query: str, now: float | None = NOW) -> tuple[float, float] | None:
+  span = parse_time_range(query, now)
+  return None if span is None else (span.start, span.end)
+
+
+def test_feb_29_without_a_year_is_the_latest_leap_day_not_after_now():
+  assert _span("Feb 29", datetime(2025, 3, 1, 12, tzinfo=timezone.utc).timestamp()) == (ts(2024, 2, 29), ts(2024, 3, 1))
+  assert _span("29th of February", datetime(2025, 3, 1, 12, tzinfo=timezone.utc).timestamp()) == (
+      ts(2024, 2, 29), ts(2024, 3, 1)
+  )
+  # Feb 29 2024 is still ahead on Feb 28 2024: four years back.
+  assert _span("on February 29th", datetime(2024, 2, 28, 12, tzinfo=timezone.utc).timestamp()) == (
+      ts(2020, 2, 29), ts(2020, 3, 1)
+  )
+  assert _span("Feb 29", datetime(2024, 3, 1, 12, tzinfo=timezone.utc).timestamp()) == (ts(2024, 2, 29), ts(2024, 3, 1))
+  assert _span("Feb 30") is None  # no year has it
+
+
+MAY_2023 = (ts(2023, 5, 1), ts(2023, 6, 1))
+
+
+def test_may_the_month_and_may_the_verb():
+  months = {
+      "what did we do in may": MAY_2023,
+      "the offsite in May": MAY_2023,
+      "what happened during may?": MAY_2023,
+      "the numbers from may": MAY_2023,
+      "by the end of may": MAY_2023,
+      "what did we ship last may": MAY_2023,
+      "what did we decide on May": MAY_2023,
+      "this May": MAY_2023,
+      "around May": MAY_2023,
+      "IN MAY": MAY_2023,
+      "in late may": (ts(2023, 5, 21), ts(2023, 6, 1)),
+      "in mid-may": (ts(2023, 5, 11), ts(2023, 5, 21)),
+      "the call on may 5": (ts(2023, 5, 5), ts(2023, 5, 6)),
+      "the 5th of may": (ts(2023, 5, 5), ts(2023, 5, 6)),
+      "what we did in may 2022": (ts(2022, 5, 1), ts(2022, 6, 1)),
+  }
+  verbs = [
+      "is there anything in the notes that may explain the outage?",
+      "this may be wrong, what did we decide about redis?",
+      "what did we decide on may be relevant",
+      "whatever we settle by may change",
+      "arriving late may cause a timeout",
+      "leaving early may help",
+      "the last may be the hardest",
+      "anyone around may join",
+      "THIS MAY BE WRONG",
+  ]
+  assert {q: _span(q) for q in months} == months
+  assert {q: _span(q) for q in verbs} == dict.fromkeys(verbs)
+  for q in [*months, *verbs]:  # the word prefilter agrees
+    assert parse_time_range(q, NOW, frozenset(PLAIN_WORDS(q.lower()))) == parse_time_range(q, NOW), q
+
+
+def test_since_runs_from_the_date_to_the_end_of_today():
+  end = ts(2023, 6, 16)  # NOW is Thursday 15 June 2023
+  assert _span("what changed since March") == (ts(2023, 3, 1), end)
+  assert _span("ever since 2021") == (ts(2021, 1, 1), end)
+  assert _span("since may") == (ts(2023, 5, 1), end)
+  assert _span("since early May 2023") == (ts(2023, 5, 1), end)
+  assert _span("errors since last week") == (ts(2023, 6, 5), end)
+  assert _span("since yesterday") == (ts(2023, 6, 14), end)
+  assert _span("since we met in 2021") == (ts(2021, 1, 1), ts(2022, 1, 1))  # "since" does not govern "in 2021"
+  assert _span("since 2021", None) == (ts(2021, 1, 1), ts(2022, 1, 1))  # no now: the named period only
+
+
+def test_when_as_a_conjunction_is_not_a_when_question():
+  asks = [
+      "When did we deploy?",
+      "When Jon has lost his job as a banker?",  # LoCoMo's verbless form
+      "and when exactly was the outage",
+      "so when's the release",
+      "The build broke. When did it start?",
+      "do you remember when we moved the database?",
+      "since when is this broken",
+  ]
+  conjunctions = [
+      "What should I do when the build fails?",
+      "Who supports Caroline when she has a negative experience?",
+      "What does Maria say she feels when doing yoga?",
+  ]
+  assert {q: is_when_question(q) for q in asks} == dict.fromkeys(asks, True)
+  assert {q: is_when_question(q) for q in conjunctions} == dict.fromkeys(conjunctions, False)
+  for q in [*asks, *conjunctions, "(when did", "x.when was", "_when did", "x_when", "I know when", "WHEN"]:
+    assert is_when_question(q, frozenset(PLAIN_WORDS(q.lower()))) == bool(_WHEN.search(q)), q

@@ -134,12 +134,47 @@ def _shift_months(y: int, m: int, delta: int) -> tuple[int, int]:
 
 
 def _latest_year_for(month: int, day: int, now: datetime) -> int:
-  """The most recent year in which (month, day) is not after ``now``."""
-  return now.year if (month, day) <= (now.month, now.day) else now.year - 1
+  """The most recent year in which (month, day) exists and is not after ``now``.
+
+  Year by year, not by comparing (month, day): Feb 29 must land on a leap year.
+  """
+  for year in range(now.year, now.year - 9, -1):  # leap days are at most 8 years apart
+    try:
+      if datetime(year, month, day) <= now:
+        return year
+    except ValueError:  # Feb 29 of a common year, April 31, year 0
+      continue
+  raise ValueError(f"no year has month {month} day {day}")
+
+
+_MAY_PREPS = frozenset({"in", "during", "since", "from", "of", "last", "mid"})
+"""Words that put a following lower-case "may" in the calendar: none can precede the verb."""
+_THE_BEFORE = re.compile(r"\bthe\s+$", re.I)
+
+
+def _names_month(kind: str, m: re.Match[str]) -> bool:
+  """False when the "month" is lower-case "may" that reads as the verb.
+
+  "this may be wrong", "decide on may be", "step 5 may fail": lower-case (or
+  shouted) "may" counts as the month only with a year, a day after it ("may 5"),
+  "of" between a day and it ("5th of may"), or after a word in ``_MAY_PREPS``
+  ("in may", "last may", but not "the last may be"). Title-case "May" is the month.
+  """
+  month = m.group("month")
+  if month == "May" or month.lower() != "may" or m.groupdict().get("year") or kind == "month_day":
+    return True
+  if kind == "day_month":
+    return "of" in m.string[m.end("day") : m.start("month")].lower().split()
+  if kind == "month":
+    prep = m.group(0).split(None, 1)[0].lower()
+    return prep in _MAY_PREPS and not (prep == "last" and _THE_BEFORE.search(m.string, 0, m.start()))
+  return False
 
 
 def _resolve(kind: str, m: re.Match[str], now: datetime) -> Optional[tuple[datetime, datetime]]:
   g = m.groupdict()
+  if g.get("month") and not _names_month(kind, m):
+    return None
   today = datetime(now.year, now.month, now.day)
   if kind == "iso":
     return _day(int(g["y"]), int(g["m"]), int(g["d"]))
@@ -247,7 +282,9 @@ def parse_time_range(query: str, now: Optional[float], words: Optional[AbstractS
   The earliest expression in the query wins (by where its date words start,
   ignoring a leading "in"/"on"); at the same position, the most specific
   pattern (the order of ``_PATTERNS``). Absolute dates parse without
-  ``now``; relative ones need it and are ignored when it is None.
+  ``now``; relative ones need it and are ignored when it is None. "since X"
+  runs from the start of X to the end of ``now``'s day (the user means "from
+  X until now"); without ``now`` it is X alone.
   ``words``: the ``[a-z0-9]+`` words of ``query.lower()``, when the caller has them.
   """
   possible = _possible(query) if words is None else _possible(query, words)
@@ -274,11 +311,27 @@ def parse_time_range(query: str, now: Optional[float], words: Optional[AbstractS
       if span is not None:
         best = (pos, order, TimeRange(_ts(span[0]), _ts(span[1]), m.group(0)))
         break
-  return best[2] if best else None
+  if best is None:
+    return None
+  pos, _, out = best
+  if ref is not None and _SINCE_BEFORE.search(query, 0, pos):
+    until = _ts(datetime(ref.year, ref.month, ref.day) + timedelta(days=1))
+    if out.start < until:
+      return TimeRange(out.start, until, out.label)
+  return out
 
 
+_SINCE_BEFORE = re.compile(r"\bsince\s+$", re.I)
+"""Ends just before a date that "since" governs ("since March", "since last week")."""
+
+
+_AUX = r"(?:did|do|does|was|were|is|are|am|will|would|has|have|had|can|could|should|shall|might|must)"
 _WHEN = re.compile(
-    r"\b(?:when|what\s+(?:date|day|time|year|month|week)|which\s+(?:date|day|year|month|week)|how\s+long\s+ago|how\s+long\s+has|since\s+when)\b",
+    # "when" asks only where a question starts, before an auxiliary, or after a verb
+    # of knowing; elsewhere it is the conjunction ("what do I do when the build fails").
+    r"(?:^\W*|(?<=[.?!:;])\s*)when\b|\bwhen(?:'s\b|\s+(?:exactly\s+)?" + _AUX + r"\b)"
+    r"|\b(?:remember|recall|remind\s+me|tell\s+(?:me|us)|know|ask(?:ed)?|wonder(?:ing)?|forg[eo]t|find\s+out|check)\s+when\b"
+    r"|\b(?:what\s+(?:date|day|time|year|month|week)|which\s+(?:date|day|year|month|week)|how\s+long\s+ago|how\s+long\s+has|since\s+when)\b",
     re.I,
 )
 
@@ -294,14 +347,14 @@ _TIME_EXPR = re.compile(
 
 
 _WHEN_STARTS = frozenset({"when", "what", "which", "how", "since"})
-"""The word every ``_WHEN`` match starts with."""
+"""Every ``_WHEN`` match has one of these as a whole word."""
 
 
 def is_when_question(query: str, words: Optional[AbstractSet[str]] = None) -> bool:
   """Asks for a time ("when did...", "what year..."), with or without a range.
 
   ``words``: the ``[a-z0-9]+`` words of ``query.lower()``; in ASCII text a
-  match starts with one of them, so without one the regex need not run.
+  match contains one of ``_WHEN_STARTS`` whole, so without one the regex need not run.
   """
   if words is not None and _WHEN_STARTS.isdisjoint(words) and query.isascii():
     return False

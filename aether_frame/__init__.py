@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CallInputs", "CompileInput", "CompiledPack", "CompilerSession", "ContextBudgetExhausted",
-    "ContextPackPlugin", "Floors", "Item", "Layer", "ModelWindows", "OverflowPolicy", "PackPolicy",
+    "ContextPackOverflow", "ContextPackPlugin", "Floors", "Item", "Layer", "ModelWindows", "OverflowPolicy", "PackPolicy",
     "Provenance", "Signals", "TaskProfile", "ToolScoping", "Trust", "UnknownModelWindow",
     "compile_pack", "context_pack_callbacks", "make_before_model_callback",
 ]
@@ -25,7 +25,7 @@ __all__ = [
 
 def __getattr__(name: str):
   # The ADK glue is imported lazily so the pure core stays importable alone.
-  if name in ("ContextPackPlugin", "context_pack_callbacks", "make_before_model_callback"):
+  if name in ("ContextPackOverflow", "ContextPackPlugin", "context_pack_callbacks", "make_before_model_callback"):
     from .adk import plugin
     return getattr(plugin, name)
   raise AttributeError(f"module 'aether_frame' has no attribute {name!r}")

@@ -5,6 +5,8 @@ tokenizer, and omit server-side framing. After each model call the runner
 feeds ``observe(model, estimate, actual)`` with ``usage_metadata.prompt_token_count``;
 ``scale()`` turns the learned ratio into a multiplier for the next budget.
 State is a plain dict (``to_dict``/``from_dict``) so it can live in session state.
+Anyone can write session state, so reading it back never raises, and a caller
+with its own settings (the plugin) takes only the per-model samples from it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ DEFAULT_ALPHA = 0.3
 MIN_RATIO = 0.5
 MAX_RATIO = 3.0
 _STATE_VERSION = 1
+_SETTINGS = ("alpha", "min_ratio", "max_ratio", "shrink_floor", "min_samples_to_shrink")
 
 
 @dataclass
@@ -51,6 +54,12 @@ def _positive_number(value: Any) -> float | None:
   if not math.isfinite(v) or v <= 0:
     return None
   return v
+
+
+def _count(value: Any) -> int:
+  """A whole number of samples; 0 for anything else (inf, nan, text, bool)."""
+  v = _positive_number(value)
+  return int(v) if v is not None else 0
 
 
 def _clamp(v: float, lo: float, hi: float) -> float:
@@ -81,8 +90,8 @@ class Calibrator:
   ) -> None:
     if not 0.0 < alpha <= 1.0:
       raise ValueError("alpha must be in (0, 1]")
-    if not 0.0 < min_ratio <= 1.0 <= max_ratio:
-      raise ValueError("need 0 < min_ratio <= 1 <= max_ratio")
+    if not 0.0 < min_ratio <= 1.0 <= max_ratio < math.inf:
+      raise ValueError("need 0 < min_ratio <= 1 <= max_ratio < inf")
     if not min_ratio <= shrink_floor <= 1.0:
       raise ValueError("shrink_floor must be in [min_ratio, 1.0]")
     self.alpha = float(alpha)
@@ -165,33 +174,39 @@ class Calibrator:
 
   # -- persistence ------------------------------------------------------------
 
-  def to_dict(self) -> dict[str, Any]:
-    """JSON-safe state, suitable for ADK session state."""
+  def _settings(self) -> dict[str, Any]:
+    """The constructor arguments: alpha, bounds and the shrink rule."""
+    return {name: getattr(self, name) for name in _SETTINGS}
+
+  def to_dict(self, *, settings: bool = True) -> dict[str, Any]:
+    """JSON-safe state, suitable for ADK session state.
+
+    ``settings=False`` leaves out the settings: a reader with its own (the
+    plugin) ignores them, so only the per-model samples are worth storing.
+    """
     with self._lock:
       models = {k: self.snapshot(k) for k in sorted(self._models)}
-    return {
-        "version": _STATE_VERSION,
-        "alpha": self.alpha,
-        "min_ratio": self.min_ratio,
-        "max_ratio": self.max_ratio,
-        "shrink_floor": self.shrink_floor,
-        "min_samples_to_shrink": self.min_samples_to_shrink,
-        "models": models,
-    }
+    return {"version": _STATE_VERSION, **(self._settings() if settings else {}), "models": models}
 
   @classmethod
-  def from_dict(cls, data: Mapping[str, Any] | None) -> "Calibrator":
-    """Restores state; tolerant of partial or hand-edited dicts (bad entries dropped)."""
-    data = data or {}
-    kwargs: dict[str, Any] = {}
-    for name in ("alpha", "min_ratio", "max_ratio", "shrink_floor", "min_samples_to_shrink"):
-      if data.get(name) is not None:
-        kwargs[name] = data[name]
-    try:
-      cal = cls(**kwargs)
-    except (TypeError, ValueError) as e:
-      logger.debug("calibration: bad settings in persisted state (%s); using defaults", e)
-      cal = cls()
+  def from_dict(cls, data: Any, *, settings: "Calibrator | None" = None) -> "Calibrator":
+    """Restores state; never raises on what it reads (bad entries are dropped).
+
+    With ``settings``, its alpha, bounds and shrink rule are used and any in
+    ``data`` are ignored: state anyone can write must not set the bounds
+    (a huge ``max_ratio`` empties the budget). Restored ratios are clamped
+    into the bounds in effect.
+    """
+    data = data if isinstance(data, Mapping) else {}
+    if settings is not None:
+      cal = cls(**settings._settings())
+    else:
+      kwargs = {name: data[name] for name in _SETTINGS if data.get(name) is not None}
+      try:
+        cal = cls(**kwargs)
+      except (TypeError, ValueError, OverflowError) as e:
+        logger.debug("calibration: bad settings in persisted state (%s); using defaults", e)
+        cal = cls()
     models = data.get("models") or {}
     if not isinstance(models, Mapping):
       return cal
@@ -199,10 +214,7 @@ class Calibrator:
       if not isinstance(snap, Mapping):
         continue
       ratio = _positive_number(snap.get("ratio"))
-      try:
-        samples = int(snap.get("samples") or 0)
-      except (TypeError, ValueError):
-        samples = 0
+      samples = _count(snap.get("samples"))
       if ratio is None or samples <= 0:
         continue
       last_e = _positive_number(snap.get("last_estimate"))

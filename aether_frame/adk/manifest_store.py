@@ -24,7 +24,7 @@ from ..audit import inputs as replay_inputs
 from ..audit.spool import Spool, default_spool_dir, entry_blobs, make_entry
 from ..core import manifest as manifest_doc
 
-logger = logging.getLogger("aether_frame." + __name__)
+logger = logging.getLogger(__name__)
 
 MANIFEST_FILENAME = "context_pack/manifest.json"
 MANIFEST_MIME = "application/json"

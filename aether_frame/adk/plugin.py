@@ -7,7 +7,9 @@ real tokenizer ratio in ``after_model_callback``.
 
 It fails open: ADK turns a plugin exception into a ``RuntimeError`` that
 aborts the user's run, so any internal fault sends the request unmodified,
-logs once, and is recorded. Configuration errors fail at construction.
+logs once per kind, and is recorded. Configuration errors fail at
+construction. A pack that does not fit under ``overflow="fail_loud"`` is not
+a fault but the user's choice: it raises ``ContextPackOverflow`` into the run.
 
 The rewritten contents, in the original order:
 
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
+import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Optional
@@ -37,10 +41,11 @@ from opentelemetry import trace
 from pydantic import ValidationError
 
 from ..calibration import Calibrator
+from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompilerSession
 from ..core.costing import TokenCounter
 from ..core.items import Item, Layer, Trust
-from ..core.policy import PackPolicy
+from ..core.policy import OverflowPolicy, PackPolicy
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows
@@ -66,12 +71,43 @@ try:  # How ADK labels a dynamic instruction it sends as a user content.
 except ImportError:  # pragma: no cover - an ADK that does not label them
   _LABEL_HEAD = _LABEL_TAIL = None
 
-logger = logging.getLogger("aether_frame." + __name__)
+logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("aether_frame")
 
 _MAX_SESSIONS = 256
 _ARTIFACT_BACKOFF_SECONDS = 60.0
 _OWN_ARTIFACT_PREFIX = "context_pack/"
+
+
+class ContextPackOverflow(ContextBudgetExhausted):
+  """The pack does not fit and the policy's overflow is ``fail_loud``.
+
+  Raised into ADK on purpose: sending the request unmodified would go over
+  the budget, and sending it cut would be the silent cut the user opted out
+  of. ADK re-raises a plugin's exception as a ``RuntimeError`` whose
+  ``__cause__`` is this error (agent callbacks raise it as is).
+  """
+
+  def __init__(self, agent: str, model: str, cause: ContextBudgetExhausted):
+    Exception.__init__(
+        self, f"agent {agent!r} (model {model!r}): request not sent, the context pack does not fit "
+        f"and overflow is fail_loud: {cause}"
+    )
+    self.agent, self.model = agent, model
+    self.needs, self.usable, self.window = dict(cause.needs), cause.usable, cause.window
+
+
+@dataclass(frozen=True)
+class _Sent:
+  """The estimate of the request a model call was sent with.
+
+  ``actions`` is that call's event actions, shared by its before and after
+  callbacks: a response is compared only with its own request's estimate.
+  """
+
+  actions: Any
+  model: str
+  estimate: int
 
 
 @dataclass
@@ -83,8 +119,7 @@ class _SessionCache:
   spans: list[tuple[int, int]] = field(default_factory=list)
   events: sources.EventIndex = field(default_factory=sources.EventIndex)
   tail_hint: Optional[str] = None
-  last_estimate: Optional[int] = None
-  model: Optional[str] = None
+  sent: Optional[_Sent] = None
   artifact_keys: list[str] = field(default_factory=list)
   artifacts_retry_at: float = 0.0
 
@@ -148,9 +183,18 @@ class ContextPackPlugin(BasePlugin):
   async def before_model_callback(self, *, callback_context, llm_request):
     started = time.perf_counter()
     try:
+      # A request sent unmodified is not estimated, so nothing of an earlier
+      # call may be left for after_model to compare it with.
+      cache = self._sessions.get(self._key(callback_context))
+      if cache is not None:
+        cache.sent = None
       await self._compile_into(callback_context, llm_request, started)
+    except ContextBudgetExhausted as e:
+      if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
+        raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e
+      self._record_fault(callback_context, e, "before_model")
     except Exception as e:  # fail-open: never abort the user's run
-      self._record_fault(callback_context, e)
+      self._record_fault(callback_context, e, "before_model")
     return None
 
   async def after_model_callback(self, *, callback_context, llm_response):
@@ -158,23 +202,43 @@ class ContextPackPlugin(BasePlugin):
       usage = getattr(llm_response, "usage_metadata", None)
       actual = getattr(usage, "prompt_token_count", None) if usage else None
       cache = self._sessions.get(self._key(callback_context))
-      if cache and cache.last_estimate and actual:
-        model = cache.model or ""
-        self.calibrator.observe(model, cache.last_estimate, actual)
+      sent = cache.sent if cache else None
+      if sent is not None and actual and sent.actions is callback_context.actions:
+        cache.sent = None
+        self.calibrator.observe(sent.model, sent.estimate, actual)
         # The session's own calibration drives its budgets, so any worker that
         # picks the session up compiles the same pack.
-        session_cal = Calibrator.from_dict(callback_context.state.get(CALIBRATION_KEY))
-        session_cal.observe(model, cache.last_estimate, actual)
-        callback_context.state[CALIBRATION_KEY] = session_cal.to_dict()
-        cache.last_estimate = None
+        session_cal = self._session_calibration(callback_context.state)
+        session_cal.observe(sent.model, sent.estimate, actual)
+        callback_context.state[CALIBRATION_KEY] = session_cal.to_dict(settings=False)
     except Exception as e:
-      self._record_fault(callback_context, e)
+      self._record_fault(callback_context, e, "after_model")
     return None
 
   # ------------------------------------------------------------------ compile
   def _key(self, ctx) -> tuple:
     s = ctx.session
     return (s.app_name, s.user_id, s.id, ctx.agent_name)
+
+  def _policy_for(self, agent: str) -> PackPolicy:
+    return self.agent_policies.get(agent, self.policy)
+
+  def _session_calibration(self, state) -> Calibrator:
+    """The session's samples under this plugin's settings, never its state's.
+
+    Anyone can write session state: stored bounds are ignored (a huge
+    ``max_ratio`` empties the budget) and state that does not read back as
+    stored is replaced, so it cannot fault every later call.
+    """
+    raw = state.get(CALIBRATION_KEY)
+    cal = Calibrator.from_dict(raw, settings=self.calibrator)
+    stored = cal.to_dict(settings=False)
+    if raw is not None and (not isinstance(raw, Mapping) or raw.get("models") != stored["models"]):
+      self._log_once("calibration-state", logging.WARNING,
+                     "session state[%r] is unreadable or out of bounds; replaced with what could be read: %s",
+                     CALIBRATION_KEY, stored)
+      state[CALIBRATION_KEY] = stored
+    return cal
 
   def _cache_for(self, ctx, policy: PackPolicy) -> _SessionCache:
     key = self._key(ctx)
@@ -221,7 +285,7 @@ class ContextPackPlugin(BasePlugin):
     if self._fault_injector is not None:
       self._fault_injector()
     agent = ctx.agent_name
-    policy = self.agent_policies.get(agent, self.policy)
+    policy = self._policy_for(agent)
     contents = list(llm_request.contents or [])
     cache = self._cache_for(ctx, policy)
     cache.events.update(ctx.session.events)
@@ -285,7 +349,7 @@ class ContextPackPlugin(BasePlugin):
     inflight = [it for _, it in sorted(pinned, key=lambda x: x[0])]
 
     model = llm_request.model or ""
-    calibration = Calibrator.from_dict(state.get(CALIBRATION_KEY))
+    calibration = self._session_calibration(state)
     scale = calibration.scale(model, policy.calibration_margin)
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     hint = cache.tail_hint or state.get(TAIL_KEY_PREFIX + agent)
@@ -323,7 +387,7 @@ class ContextPackPlugin(BasePlugin):
     if not guard.ok:
       fallback = guard.problems
       new_contents = _in_order(contents, keep, convo[anchor], _payload_message(pack.minimal_payload, user, user_text))
-      self._log_once("guard:" + guard.problems[0], logging.WARNING,
+      self._log_once("guard:" + _shape(guard.problems[0]), logging.WARNING,
                      "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
     estimate = guard.tokens if fallback is None else count_request(new_contents, new_config, self.counter)
 
@@ -331,11 +395,10 @@ class ContextPackPlugin(BasePlugin):
     llm_request.config = new_config
     scoped.apply_tools_dict(llm_request)
     cache.tail_hint = pack.tail_start_id
-    cache.model = model
-    cache.last_estimate = estimate
+    cache.sent = _Sent(ctx.actions, model, estimate)
     state[TAIL_KEY_PREFIX + agent] = pack.tail_start_id
     if not pack.valid:
-      self._log_once("invalid:" + ";".join(pack.problems), logging.WARNING,
+      self._log_once("invalid:" + _shape(";".join(pack.problems)), logging.WARNING,
                      "context pack for agent %s is invalid: %s", agent, pack.problems)
 
     runtime = {
@@ -388,10 +451,18 @@ class ContextPackPlugin(BasePlugin):
     return build
 
   # ------------------------------------------------------------------- faults
-  def _record_fault(self, ctx, error: Exception) -> None:
+  def _record_fault(self, ctx, error: Exception, callback: str) -> None:
+    """Records every fault; logs each kind once, by type and where it was raised.
+
+    Not by message: messages carry counts that change every call, and a
+    fault that repeats on every call would log a traceback on every call.
+    """
     self.faults += 1
-    self._log_once(f"fault:{type(error).__name__}:{error}", logging.ERROR,
-                   "aether-frame fault; request sent unmodified: %r", error, exc_info=error)
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    outcome = "request sent unmodified" if callback == "before_model" else "response not used for calibration"
+    self._log_once(f"fault:{callback}:{type(error).__qualname__}:{where}", logging.ERROR,
+                   "aether-frame fault in %s_callback; %s: %r", callback, outcome, error, exc_info=error)
     try:
       ctx.state[LAST_FAULT_KEY] = {"error": type(error).__name__, "message": str(error)[:500], "count": self.faults}
     except Exception:  # the state itself may be what failed
@@ -403,6 +474,11 @@ class ContextPackPlugin(BasePlugin):
     if len(self._logged) < 1000:
       self._logged.add(key)
     logger.log(level, msg, *args, exc_info=exc_info)
+
+
+def _shape(text: str) -> str:
+  """``text`` without its numbers, as a log-once key: counts change every call."""
+  return re.sub(r"\d+", "#", text)
 
 
 def _instruction_positions(llm_request, contents: list[types.Content], event_fps: Mapping[str, Any]) -> set[int]:

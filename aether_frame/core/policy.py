@@ -40,7 +40,7 @@ class OverflowPolicy(str, Enum):
   LADDER = "ladder"
   """select → compress → drop, recording every truncation (the default)."""
   FAIL_LOUD = "fail_loud"
-  """Raise ``ContextBudgetExhausted`` instead of dropping anything."""
+  """Raise ``ContextBudgetExhausted`` instead of dropping anything (the plugin fails the run; nothing is sent)."""
 
 
 class ToolScoping(str, Enum):

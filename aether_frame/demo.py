@@ -99,8 +99,10 @@ def _initial_state() -> dict[str, Any]:
 
 async def run_demo(
     out_dir: Path, *, window: int = 8192, turns: int = 30, model: Optional[str] = None
-) -> tuple[Path, list[dict[str, Any]]]:
+) -> tuple[Path, list[tuple[int, dict[str, Any]]]]:
   """Runs the demo session; returns its manifest folder and its verified manifests, in call order.
+
+  Each manifest comes with its artifact version (ADK numbers versions from 0).
 
   The folder is the one session's, so ``aether-frame inspect`` accepts it even
   when ``out_dir`` holds other sessions (the memory-seeding one, earlier runs).
@@ -138,7 +140,7 @@ async def run_demo(
     part = await runner.artifact_service.load_artifact(
         app_name=APP_NAME, user_id=USER_ID, session_id=session.id, filename=MANIFEST_FILENAME, version=v
     )
-    manifests.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"{MANIFEST_FILENAME} v{v}"))
+    manifests.append((v, manifest_doc.verify(json.loads(part.inline_data.data), where=f"{MANIFEST_FILENAME} v{v}")))
   if plugin.faults:
     raise RuntimeError(f"the context plugin recorded {plugin.faults} fault(s); see the log")
   # FileArtifactService's layout (google-adk 2.13): apps/<app>/users/<user>/sessions/<session>/;
@@ -156,13 +158,28 @@ def dropped_per_layer(doc: dict[str, Any]) -> dict[str, int]:
   return counts
 
 
+def pct_of_usable(doc: dict[str, Any]) -> int:
+  """The pack's tokens as a share of the usable window, as the table shows them."""
+  return round(100 * doc["totals"]["tokens"] / doc["usable"]) if doc["usable"] else 100
+
+
 def format_table(doc: dict[str, Any]) -> str:
+  """One call's budget table. The budget column adds up: the six layers and ``unallocated``
+  make ``usable``; ``usable``, the output reserve and the calibration margin make the window."""
   dropped = dropped_per_layer(doc)
-  rows = [f"{'layer':<13}{'budget':>8}{'used':>8}{'dropped':>9}"]
-  for name in ("system", "task", "tools", "evidence", "memory", "conversation", "slack"):
+  rows = [f"{'layer':<17}{'budget':>8}{'used':>8}{'dropped':>9}"]
+  for name in ("system", "task", "tools", "evidence", "memory", "conversation"):
     layer = doc["layers"][name]
-    rows.append(f"{name:<13}{layer['budget']:>8}{layer['used']:>8}{dropped.get(name, 0):>9}")
-  rows.append(f"{'total':<13}{doc['usable']:>8}{doc['totals']['tokens']:>8}")
+    rows.append(f"{name:<17}{layer['budget']:>8}{layer['used']:>8}{dropped.get(name, 0):>9}")
+  rows.append(f"{'unallocated':<17}{doc['totals']['unallocated']:>8}")
+  rows.append(f"{'= usable':<17}{doc['usable']:>8}{doc['totals']['tokens']:>8}"
+              f"{'':>9}  {pct_of_usable(doc)}% of usable")
+  rows.append(f"{'slack (output)':<17}{doc['reserve']:>8}{'':>8}{'':>9}  reserved for the reply")
+  # usable = floor((window - reserve) / token_scale): what the calibration holds back
+  # because the provider counts more tokens than our tokenizer does.
+  margin = doc["window"] - doc["reserve"] - doc["usable"]
+  rows.append(f"{'calibration':<17}{margin:>8}{'':>8}{'':>9}  provider counts {doc['token_scale']:.3f}x ours")
+  rows.append(f"{'= window':<17}{doc['window']:>8}")
   return "\n".join(rows)
 
 
@@ -171,10 +188,11 @@ def main(out: str = "aether-frame-demo", window: int = 8192, turns: int = 30, mo
     raise SystemExit("--model gemini-… needs GOOGLE_API_KEY set; omit --model to run offline")
   out_dir = Path(out).resolve()
   session_dir, manifests = asyncio.run(run_demo(out_dir, window=window, turns=turns, model=model))
-  for n, doc in enumerate(manifests, 1):
+  # Calls count from 1; manifest versions (what inspect/diff/replay take as LOCATION@N) from 0.
+  for n, (version, doc) in enumerate(manifests, 1):
     status = "valid" if doc["valid"] else "INVALID: " + "; ".join(doc["problems"])
-    print(f"\ncall {n}  {doc['pack_id']}  agent={doc['agent']}  window={doc['window']}  "
-          f"used {doc['totals']['pct_used']}%  {status}")
+    print(f"\ncall {n} (v{version})  {doc['pack_id']}  agent={doc['agent']}  window={doc['window']}  "
+          f"tokens {doc['totals']['tokens']}/{doc['usable']} usable ({pct_of_usable(doc)}%)  {status}")
     print(format_table(doc))
   print(f"\n{len(manifests)} manifests written under {out_dir}")
   print(f"inspect the last one with: aether-frame inspect {session_dir}")

@@ -14,7 +14,7 @@ def test_demo_writes_verified_manifests_and_its_inspect_hint_works(tmp_path, cap
   out = tmp_path / "demo"
   assert cli.main(["demo", "--out", str(out), "--turns", "6"]) == 0
   printed = capsys.readouterr().out
-  calls = re.findall(r"^call (\d+)\s+(pack_\w+)\s+agent=researcher\s+window=8192\s+used (\d+)%\s+(\S+)", printed, re.M)
+  calls = re.findall(r"^call (\d+) \(v\d+\)\s+(pack_\w+)\s+agent=researcher\s+window=8192\s+tokens \d+/\d+ usable \((\d+)%\)\s+(\S+)", printed, re.M)
   assert len(calls) >= 6  # one per turn, more when a turn calls a tool
   assert [int(n) for n, *_ in calls] == list(range(1, len(calls) + 1))
   assert all(status == "valid" and 0 < int(pct) <= 100 for _, _, pct, status in calls)
@@ -34,3 +34,20 @@ def test_demo_refuses_gemini_without_an_api_key(tmp_path, monkeypatch):
   monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
   with pytest.raises(SystemExit, match="GOOGLE_API_KEY"):
     cli.main(["demo", "--out", str(tmp_path), "--model", "gemini-2.5-flash"])
+
+
+def test_demo_table_adds_up_and_names_manifest_versions(tmp_path, capsys):
+  assert cli.main(["demo", "--out", str(tmp_path / "demo"), "--turns", "4"]) == 0
+  printed = capsys.readouterr().out
+  blocks = re.split(r"\n(?=call \d+ )", printed.strip())[1:]
+  assert blocks
+  for block in blocks:
+    n, v, tokens, usable, pct = map(int, re.match(
+        r"call (\d+) \(v(\d+)\)\s.*tokens (\d+)/(\d+) usable \((\d+)%\)", block).groups())
+    assert v == n - 1  # calls count from 1, ADK versions from 0
+    assert pct == round(100 * tokens / usable)
+    rows = {m[0].strip(): [int(x) for x in m[1].split()] for m in re.findall(r"^([=a-z() ]+?)\s{2,}(\d[\d ]*)", block, re.M)}
+    layers = ("system", "task", "tools", "evidence", "memory", "conversation")
+    assert sum(rows[k][0] for k in layers) + rows["unallocated"][0] == rows["= usable"][0] == usable
+    assert sum(rows[k][1] for k in layers) == rows["= usable"][1] == tokens
+    assert rows["= usable"][0] + rows["slack (output)"][0] + rows["calibration"][0] == rows["= window"][0] == 8192

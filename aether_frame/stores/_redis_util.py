@@ -14,7 +14,13 @@ from typing import Iterable
 from typing import Sequence
 from urllib.parse import quote
 
-import redis
+try:
+  import redis
+except ImportError as e:  # an optional dependency: the `redis` extra
+  raise ImportError(
+      "aether_frame.stores needs the redis package, from the `redis` extra:"
+      " pip install -e '.[redis]' in an aether-frame checkout (or: pip install 'redis>=5.0')"
+  ) from e
 from redis import exceptions as redis_errors
 import redis.asyncio as redis_asyncio
 from redis.asyncio.cluster import RedisCluster

@@ -68,6 +68,8 @@ def test_runner_writes_to_gcs_and_replay_is_identical_until_the_policy_changes(g
   assert "checksum ok" in out and re.search(r"layer\s+budget\s+used\s+dropped", out)
   for layer in ("system", "task", "tools", "evidence", "memory", "conversation"):
     assert re.search(rf"^{layer}\s+\d+\s+\d+\s+\d+", out, re.M)
+  tokens, usable, share = map(int, re.search(r"usable (\d+)\s+total (\d+) \((\d+)% of usable", out).group(2, 1, 3))
+  assert share == round(100 * tokens / usable)  # the pack's own share, not the BUDGET line's estimate
 
 
 def test_tampered_manifest_is_refused(gcs_emulator, tmp_path, capsys):  # noqa: F811

@@ -329,8 +329,10 @@ async def _inspect_async(args) -> int:
   tok = doc.get("tokenizer") or {}
   print(f"{call.label}  {doc.get('pack_id')}  checksum ok")
   print(f"session {doc.get('session_id')}  agent {doc.get('agent')}  model {doc.get('model')}  tokenizer {tok.get('name')}")
-  print(f"window {doc.get('window')}  reserve {doc.get('reserve')}  usable {doc.get('usable')}  "
-        f"total {totals.get('tokens')} ({totals.get('pct_used')}% of usable)  valid {doc.get('valid')}")
+  tokens, usable = totals.get("tokens") or 0, doc.get("usable") or 0
+  share = f"{round(100 * tokens / usable)}% of usable" if usable else "no usable window"
+  print(f"window {doc.get('window')}  reserve {doc.get('reserve')}  usable {usable}  "
+        f"total {tokens} ({share}; BUDGET line said {totals.get('pct_used')}%)  valid {doc.get('valid')}")
   print()
   print(f"{'layer':<14}{'budget':>8}{'used':>8}{'dropped':>9}{'tokens':>8}")
   for name, budget, used, n, t in layer_table(doc):

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.adk.artifacts import InMemoryArtifactService
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+from aether_frame.adk.manifest_store import MANIFEST_FILENAME
+from aether_frame.core import manifest as manifest_doc
 from aether_frame.offline_model import OfflineLlm
 
 APP = "testapp"
@@ -47,3 +51,26 @@ def payload_of(request) -> str:
 def agent(name: str = "assistant", model: Optional[OfflineLlm] = None, **kw) -> tuple[LlmAgent, OfflineLlm]:
   model = model or OfflineLlm()
   return LlmAgent(name=name, model=model, instruction=kw.pop("instruction", "You are a helpful assistant."), **kw), model
+
+
+class Recorder(BasePlugin):
+  """Runs before the context plugin and keeps a deep copy of each original request."""
+
+  def __init__(self):
+    super().__init__("recorder")
+    self.requests = []
+
+  async def before_model_callback(self, *, callback_context, llm_request):
+    self.requests.append(llm_request.model_copy(deep=True))
+    return None
+
+
+async def manifests(runner, session_id: str, user_id: str = USER) -> list[dict]:
+  """Every manifest version the session's artifact service holds, checksums verified, in call order."""
+  svc = runner.artifact_service
+  kw = dict(app_name=runner.app_name, user_id=user_id, session_id=session_id, filename=MANIFEST_FILENAME)
+  docs = []
+  for v in sorted(await svc.list_versions(**kw)):
+    part = await svc.load_artifact(**kw, version=v)
+    docs.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"manifest v{v}"))
+  return docs

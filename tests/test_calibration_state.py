@@ -6,18 +6,16 @@ of it may disable the plugin or push budgets outside the configured bounds.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 
 import pytest
 
 from aether_frame import ContextPackPlugin
-from aether_frame.adk.manifest_store import MANIFEST_FILENAME
 from aether_frame.adk.state_schema import CALIBRATION_KEY, LAST_FAULT_KEY
 from aether_frame.calibration import MAX_RATIO, MIN_RATIO, Calibrator
 from aether_frame.offline_model import OfflineLlm
-from tests.adk_support import APP, USER, agent, make_runner, new_session, payload_of, say
+from tests.adk_support import APP, USER, agent, make_runner, manifests, new_session, payload_of, say
 
 MODEL = "offline-model"
 INF = float("inf")
@@ -37,14 +35,6 @@ async def _state(runner, sid):
   return (await runner.session_service.get_session(app_name=APP, user_id=USER, session_id=sid)).state
 
 
-async def _manifests(runner, sid):
-  out = []
-  for v in sorted(await runner.artifact_service.list_versions(app_name=APP, user_id=USER, session_id=sid, filename=MANIFEST_FILENAME)):
-    part = await runner.artifact_service.load_artifact(app_name=APP, user_id=USER, session_id=sid, filename=MANIFEST_FILENAME, version=v)
-    out.append(json.loads(part.inline_data.data))
-  return out
-
-
 @pytest.mark.parametrize("state", list(CORRUPTED.values()), ids=list(CORRUPTED))
 async def test_corrupted_calibration_state_is_repaired_and_packs_are_applied(state, caplog):
   caplog.set_level(logging.INFO, logger="aether_frame.adk.plugin")
@@ -60,7 +50,7 @@ async def test_corrupted_calibration_state_is_repaired_and_packs_are_applied(sta
   assert LAST_FAULT_KEY not in st
   assert all(payload_of(r).startswith("CONTEXT PACK v1") for r in model.received)
   # Within the plugin's own bounds, whatever the state claimed.
-  for m in await _manifests(runner, s.id):
+  for m in await manifests(runner, s.id):
     assert 1.05 <= m["token_scale"] <= MAX_RATIO * 1.05
     assert m["usable"] > 0
   cal = st[CALIBRATION_KEY]

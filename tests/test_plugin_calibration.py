@@ -6,23 +6,13 @@ tokenizer than our o200k_base), as Gemini reports its own count.
 
 from __future__ import annotations
 
-import json
 
 from aether_frame import ContextPackPlugin
-from aether_frame.adk.manifest_store import MANIFEST_FILENAME
 from aether_frame.adk.state_schema import CALIBRATION_KEY
 from aether_frame.offline_model import OfflineLlm
-from tests.adk_support import APP, USER, agent, make_runner, new_session, say
+from tests.adk_support import APP, USER, agent, make_runner, manifests, new_session, say
 
 TEXT = "Résumé of the 2025 numbers: 1,234,567.89 units; naïve café ☕ — ok? " * 6
-
-
-async def _manifests(runner, sid):
-  out = []
-  for v in sorted(await runner.artifact_service.list_versions(app_name=APP, user_id=USER, session_id=sid, filename=MANIFEST_FILENAME)):
-    part = await runner.artifact_service.load_artifact(app_name=APP, user_id=USER, session_id=sid, filename=MANIFEST_FILENAME, version=v)
-    out.append(json.loads(part.inline_data.data))
-  return out
 
 
 async def test_ratio_is_learned_persisted_in_state_and_recorded_in_the_next_manifest():
@@ -31,23 +21,23 @@ async def test_ratio_is_learned_persisted_in_state_and_recorded_in_the_next_mani
   s = await new_session(runner)
   for i in range(4):
     await say(runner, s.id, f"turn {i}: {TEXT}")
-  manifests = await _manifests(runner, s.id)
+  docs = await manifests(runner, s.id)
   session = await runner.session_service.get_session(app_name=APP, user_id=USER, session_id=s.id)
   cal = session.state[CALIBRATION_KEY]["models"]["offline-model"]
   assert cal["samples"] == 4
   # The first call had nothing to learn from; each later manifest records the
   # previous call's estimate and the provider's actual count.
-  assert manifests[0]["runtime"]["calibration"]["samples"] == 0
-  for prev, nxt in zip(manifests, manifests[1:]):
+  assert docs[0]["runtime"]["calibration"]["samples"] == 0
+  for prev, nxt in zip(docs, docs[1:]):
     snap = nxt["runtime"]["calibration"]
     assert snap["last_estimate"] == prev["runtime"]["request_tokens_estimate"]
     assert snap["last_actual"] != snap["last_estimate"]  # cl100k disagrees with o200k on this text
   # The ratio learned so far (bounded, with margin) scales each call's budgets.
   assert 0.5 <= cal["ratio"] <= 3.0
-  for m in manifests[1:]:
+  for m in docs[1:]:
     learned = m["runtime"]["calibration"]["ratio"]
     assert m["token_scale"] == round(max(learned, 1.0) * 1.05, 6)
-  assert manifests[0]["token_scale"] == 1.05
+  assert docs[0]["token_scale"] == 1.05
 
 
 async def test_a_second_worker_uses_the_sessions_calibration():
@@ -56,12 +46,12 @@ async def test_a_second_worker_uses_the_sessions_calibration():
   s = await new_session(runner)
   for i in range(3):
     await say(runner, s.id, f"turn {i}: {TEXT}")
-  first = (await _manifests(runner, s.id))[-1]
+  first = (await manifests(runner, s.id))[-1]
   # A fresh plugin instance (another worker) on the same session and stores.
   ag2, _ = agent(model=OfflineLlm(model="offline-model"))
   runner2 = make_runner(ag2, [ContextPackPlugin(window=8192)], artifact_service=runner.artifact_service,
                         session_service=runner.session_service)
   await say(runner2, s.id, f"turn 3: {TEXT}")
-  second = (await _manifests(runner2, s.id))[-1]
+  second = (await manifests(runner2, s.id))[-1]
   assert second["runtime"]["calibration"]["samples"] == 3
   assert second["token_scale"] >= first["token_scale"] > 1.0

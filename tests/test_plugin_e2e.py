@@ -25,25 +25,13 @@ from aether_frame.core.render import INTERPRETATION_CONTRACT
 from aether_frame.offline_model import OfflineLlm, tool_call
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import USER, agent, make_runner, new_session, payload_of, say
+from tests.adk_support import USER, Recorder, agent, make_runner, manifests, new_session, payload_of, say
 from tests.strategies import orphans
 
 pytestmark = pytest.mark.asyncio
 
 COUNTER = get_counter()
 PLAN = {"goal": "Research three vendors", "step": "Collect pricing facts", "acceptance": ["Every figure cites a source"]}
-
-
-class Recorder(BasePlugin):
-  """Runs before the context plugin and keeps a deep copy of each original request."""
-
-  def __init__(self):
-    super().__init__("recorder")
-    self.requests = []
-
-  async def before_model_callback(self, *, callback_context, llm_request):
-    self.requests.append(llm_request.model_copy(deep=True))
-    return None
 
 
 def get_weather(city: str) -> dict:
@@ -86,16 +74,6 @@ def _pack_text(req) -> str:
 
 def _dump(contents) -> list[str]:
   return [c.model_dump_json(exclude_none=True) for c in contents]
-
-
-async def _manifests(runner, session_id: str) -> list[dict]:
-  svc = runner.artifact_service
-  versions = await svc.list_versions(app_name=runner.app_name, user_id=USER, session_id=session_id, filename=MANIFEST_FILENAME)
-  docs = []
-  for v in sorted(versions):
-    part = await svc.load_artifact(app_name=runner.app_name, user_id=USER, session_id=session_id, filename=MANIFEST_FILENAME, version=v)
-    docs.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"manifest v{v}"))
-  return docs
 
 
 async def _state(runner, session_id: str) -> dict:
@@ -141,7 +119,7 @@ async def test_long_session_fits_a_small_window_and_trims_the_tail_in_chunks():
   originals = [count_request(r.contents, r.config, COUNTER) for r in recorder.requests]
   assert max(originals) > window, "the session must overflow the window without the plugin"
   # The plugin's own count (kept history costed once, at sync) equals a full recount of what was sent.
-  docs = await _manifests(runner, session.id)
+  docs = await manifests(runner, session.id)
   assert [d["runtime"]["request_tokens_estimate"] for d in docs] == [
       count_request(r.contents, r.config, COUNTER) for r in received
   ]
@@ -161,7 +139,7 @@ async def test_long_session_fits_a_small_window_and_trims_the_tail_in_chunks():
   assert kept >= 0.75 * (len(received) - 1), f"prefix kept on only {kept} of {len(received) - 1} calls"
 
   # The manifest of every call verifies, and the trimming calls record the trim.
-  docs = await _manifests(runner, session.id)
+  docs = await manifests(runner, session.id)
   assert len(docs) == len(received)
   for i, doc in enumerate(docs):
     assert doc["window"] == window and doc["agent"] == "assistant"
@@ -263,7 +241,7 @@ async def test_step_tool_scoping(mode):
     fcc = req.config.tool_config.function_calling_config
     assert fcc.allowed_function_names == ["get_weather"]
     assert fcc.mode in (types.FunctionCallingConfigMode.VALIDATED, types.FunctionCallingConfigMode.ANY)
-  docs = await _manifests(runner, session.id)
+  docs = await manifests(runner, session.id)
   scoping = docs[-1]["runtime"]["tool_scoping"]
   assert scoping["mode"] == mode and scoping["unknown"] == ["no_such_tool"]
   tool_rows = sorted(r["id"] for r in docs[-1]["items"] if r["layer"] == "tools")
@@ -348,7 +326,7 @@ async def test_manifest_is_stored_loadable_and_verifies(kind, tmp_path):
   await say(runner, session.id, "second question")
   keys = await service.list_artifact_keys(app_name=runner.app_name, user_id=USER, session_id=session.id)
   assert MANIFEST_FILENAME in keys
-  docs = await _manifests(runner, session.id)
+  docs = await manifests(runner, session.id)
   assert len(docs) == 2
   last = docs[-1]
   assert last["invocation_id"] and last["agent"] == "assistant" and last["model"] == "offline-model"
@@ -394,7 +372,7 @@ async def test_agent_level_callbacks_pack_every_call(tmp_path):
   for req in model.received:
     assert payload_of(req).startswith("CONTEXT PACK v1")
     assert count_request(req.contents, req.config, COUNTER) + _reserve(req, 2048) <= 2048
-  docs = await _manifests(runner, session.id)
+  docs = await manifests(runner, session.id)
   assert len(docs) == 12 and all(d["agent"] == "solo" for d in docs)
   assert any(e["layer"] == "conversation" for e in docs[-1]["truncation_events"])
   # The after-callback feeds the calibrator with the model's reported usage.
@@ -425,7 +403,7 @@ async def test_a_restarted_plugin_keeps_the_cached_prefix():
     await runner_a.session_service.append_event(s2, ev)
   await say(runner_b, s2.id, texts[-1])
   cold = model_b.received[-1]
-  assert any("chunked trim" in e["reason"] for d in await _manifests(runner_a, s1.id) for e in d["truncation_events"]), \
+  assert any("chunked trim" in e["reason"] for d in await manifests(runner_a, s1.id) for e in d["truncation_events"]), \
       "the fixture must have trimmed before the restart"
   assert _dump(cold.contents[:_payload_index(cold)]) == _dump(warm.contents[:_payload_index(warm)])
   assert cold.config.system_instruction == warm.config.system_instruction
@@ -448,7 +426,7 @@ async def test_non_text_user_parts_ride_along_with_the_payload():
   msg = req.contents[_payload_index(req)]
   assert msg.parts[0].text.endswith("USER REQUEST (VERBATIM):\nWhat is in this image?")
   assert len(msg.parts) == 2 and msg.parts[1].inline_data.data == PNG_1X1
-  doc = (await _manifests(runner, session.id))[-1]
+  doc = (await manifests(runner, session.id))[-1]
   # The image is costed (258 tokens for a small image) in the task layer and the total.
   assert doc["layers"]["task"]["used"] >= 258
   assert count_request(req.contents, req.config, COUNTER) <= doc["usable"]
@@ -470,7 +448,7 @@ async def test_memory_service_hits_land_fenced_in_memory():
   memory_section = payload.split("\nMEMORY:\n", 1)[1].split("\n\n", 1)[0].split("\n")
   assert memory_section[0].startswith("<<<DATA ") and memory_section[-1].startswith("<<<END DATA ")
   assert any("Zeta Corporation" in ln for ln in memory_section[1:-1])
-  doc = (await _manifests(runner, fresh.id))[-1]
+  doc = (await manifests(runner, fresh.id))[-1]
   assert any(r["layer"] == "memory" and r["status"] == "included" and r["pointer"].startswith("memory://") for r in doc["items"])
 
 
@@ -505,7 +483,7 @@ async def test_the_guard_recounts_the_sent_request_and_catches_a_stale_history_v
   # The compiler still costs the old turn as short and keeps it; the guard's own recount of
   # the rewritten request finds it over the window and sends the minimal safe pack instead.
   assert count_request(req.contents, req.config, COUNTER) + _reserve(req, window) <= window
-  doc = (await _manifests(runner, session.id))[-1]
+  doc = (await manifests(runner, session.id))[-1]
   assert doc["runtime"]["guard"]["fallback"] is True
   assert any("over the usable" in p for p in doc["runtime"]["guard"]["problems"])
   assert plugin.faults == 0

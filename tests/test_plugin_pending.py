@@ -18,8 +18,8 @@ from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.offline_model import OfflineLlm, tool_call
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import USER, agent, make_runner, new_session, say
-from tests.test_plugin_e2e import PNG_1X1, Recorder, _dump, _manifests, _pack_text, _payload_index, get_weather
+from tests.adk_support import USER, Recorder, agent, make_runner, manifests, new_session, say
+from tests.test_plugin_e2e import PNG_1X1, _dump, _pack_text, _payload_index, get_weather
 
 COUNTER = get_counter()
 FILLER = "Notes on vendor pricing, support tiers and rollout dates for the comparison. " * 8
@@ -70,7 +70,7 @@ async def test_a_pending_long_running_call_keeps_the_history():
   orig, sent = recorder.requests[-1], model.received[-1]
   assert all(p.function_call.id is None for c in orig.contents for p in c.parts or () if p.function_call)
   assert _has_call(orig.contents, "long_job", {"x": "beta"})
-  doc = (await _manifests(runner, session.id))[-1]
+  doc = (await manifests(runner, session.id))[-1]
   assert _guard(doc) == {"ok": True, "problems": [], "fallback": False}
   # With a 100k window the whole history goes out, the pending call included.
   p = _payload_index(sent)
@@ -121,7 +121,7 @@ async def test_a_pending_call_is_pinned_when_the_history_is_trimmed(parallel, re
 
   orig, sent = recorder.requests[-1], model.received[-1]
   p = _payload_index(sent)
-  doc = (await _manifests(runner, session.id))[-1]
+  doc = (await manifests(runner, session.id))[-1]
   assert _guard(doc)["ok"] and not _guard(doc)["fallback"], _guard(doc)
   # The history was trimmed: the answered alpha call and early filler are gone ...
   assert len(sent.contents) < len(orig.contents)
@@ -158,7 +158,7 @@ async def test_parallel_calls_to_one_tool_pair_one_for_one():
   assert [q.function_response.name for q in resp.parts] == ["get_weather", "get_weather"]
   assert all(q.function_response.id is None for q in resp.parts)
   assert pending_calls(orig.contents) == frozenset()
-  doc = (await _manifests(runner, session.id))[-1]
+  doc = (await manifests(runner, session.id))[-1]
   assert _guard(doc) == {"ok": True, "problems": [], "fallback": False}
   p = _payload_index(sent)
   assert _dump(sent.contents[:p]) == _dump(orig.contents[:p])

@@ -15,23 +15,21 @@ manifest's truncation events, and the fixed parts are never lost.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
 from aether_frame.adk.guard import check_request, count_request, pending_calls
-from aether_frame.adk.manifest_store import MANIFEST_FILENAME, ManifestWriter
+from aether_frame.adk.manifest_store import ManifestWriter
 from aether_frame.adk.plugin import ContextPackPlugin
-from aether_frame.core import manifest as manifest_doc
 from aether_frame.core.canonical import sha256_hex
 from aether_frame.core.render import INTERPRETATION_CONTRACT
 from aether_frame.offline_model import OfflineLlm, tool_call
 from google.genai import types
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import agent, make_runner, new_session, say
+from tests.adk_support import agent, make_runner, manifests, new_session, say
 from tests.strategies import PLUGIN_EXAMPLES, TOOL_NAMES, conversation_scripts, orphans, parse_budget, prose, script_to_events
 from tests.test_plugin_e2e import Recorder, get_weather, lookup_price, save_finding, search_notes
 
@@ -103,19 +101,10 @@ async def _run(case: dict) -> None:
     s = await runner.session_service.get_session(app_name=runner.app_name, user_id="u1", session_id=session.id)
     fault = s.state.get("aether_frame:last_fault")
     calls += [(message, i) for i in range(before, len(model.received))]
-  docs = iter(await _manifests(runner, session.id))  # one per packed call, in call order
+  docs = iter(await manifests(runner, session.id))  # one per packed call, in call order
   for message, i in calls:
     _check_call(case, message, model.received[i], recorder.requests[i], fault, docs)
   assert next(docs, None) is None, "more manifests than packed calls"
-
-
-async def _manifests(runner, session_id: str) -> list[dict]:
-  svc, kw = runner.artifact_service, dict(app_name=runner.app_name, user_id="u1", session_id=session_id, filename=MANIFEST_FILENAME)
-  out = []
-  for v in sorted(await svc.list_versions(**kw)):
-    part = await svc.load_artifact(**kw, version=v)
-    out.append(manifest_doc.verify(json.loads(part.inline_data.data)))
-  return out
 
 
 def _check_call(case, message, sent, orig, fault, docs) -> None:

@@ -7,7 +7,6 @@ with every field. Real ADK ``Runner``; ``OfflineLlm`` records what it received.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 from google.adk.flows.llm_flows.instructions import _INSTRUCTION_BEGIN
@@ -15,13 +14,11 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
 from aether_frame.adk.guard import count_request
-from aether_frame.adk.manifest_store import MANIFEST_FILENAME
 from aether_frame.adk.plugin import ContextPackPlugin
-from aether_frame.core import manifest as manifest_doc
 from aether_frame.offline_model import OfflineLlm, tool_call
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import USER, agent, make_runner, new_session, say
+from tests.adk_support import USER, Recorder, agent, make_runner, manifests, new_session, say
 
 pytestmark = pytest.mark.asyncio
 
@@ -32,18 +29,6 @@ PNG_1X1 = bytes.fromhex(
 )
 HANDBOOK = ("STATIC-FILE-BYTES policy handbook. " + "Refunds need a receipt and manager approval. " * 40).encode()
 LONG_REPLY = "Noted. " + "Some long answer about rollout plans. " * 30
-
-
-class Recorder(BasePlugin):
-  """Runs before the context plugin and keeps a deep copy of each original request."""
-
-  def __init__(self):
-    super().__init__("recorder")
-    self.requests = []
-
-  async def before_model_callback(self, *, callback_context, llm_request):
-    self.requests.append(llm_request.model_copy(deep=True))
-    return None
 
 
 class _InflateOldReply(BasePlugin):
@@ -78,16 +63,6 @@ def _payload_index(req) -> int:
               and c.parts[0].text.startswith("CONTEXT PACK v1"))
 
 
-async def _manifests(runner, session_id: str) -> list[dict]:
-  svc = runner.artifact_service
-  versions = await svc.list_versions(app_name=runner.app_name, user_id=USER, session_id=session_id, filename=MANIFEST_FILENAME)
-  docs = []
-  for v in sorted(versions):
-    part = await svc.load_artifact(app_name=runner.app_name, user_id=USER, session_id=session_id, filename=MANIFEST_FILENAME, version=v)
-    docs.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"manifest v{v}"))
-  return docs
-
-
 def _static_file_agent(model):
   static = types.Content(role="user", parts=[
       types.Part(text="You are a static helper."),
@@ -108,7 +83,7 @@ async def test_static_file_and_dynamic_instruction_ride_every_request_of_a_trimm
   session = await new_session(runner, state={"name": "Ada"})
   for t in range(12):
     await say(runner, session.id, _turn(t))
-  docs = await _manifests(runner, session.id)
+  docs = await manifests(runner, session.id)
   assert len(model.received) == len(recorder.requests) == len(docs) == 12
   assert any(d["tail"]["start"] > 0 for d in docs), "the fixture must trim the conversation"
   for call, (orig, sent) in enumerate(zip(recorder.requests, model.received)):
@@ -140,7 +115,7 @@ async def test_instruction_contents_survive_the_minimal_safe_pack():
   inflate.active = True
   await say(runner, session.id, "Turn 3: and now?")
   orig, sent = recorder.requests[-1], model.received[-1]
-  doc = (await _manifests(runner, session.id))[-1]
+  doc = (await manifests(runner, session.id))[-1]
   assert doc["runtime"]["guard"]["fallback"] is True
   assert _dump(sent.contents[:2]) == _dump(orig.contents[:2])
   assert len(sent.contents) == 3 and _payload_index(sent) == 2
@@ -158,7 +133,7 @@ async def test_a_text_only_static_instructions_dynamic_instruction_survives_the_
     await say(runner, session.id, f"Turn {t}: a short question.")
   inflate.active = True
   await say(runner, session.id, "Turn 3: and now?")
-  doc = (await _manifests(runner, session.id))[-1]
+  doc = (await manifests(runner, session.id))[-1]
   assert doc["runtime"]["guard"]["fallback"] is True
   for sent in model.received:
     i = _payload_index(sent)
@@ -175,7 +150,7 @@ async def test_the_dynamic_instruction_is_not_synced_as_history():
   session = await new_session(runner, state={"name": "Ada"})
   for t in range(4):
     await say(runner, session.id, f"Turn {t}: a short question.")
-  docs = await _manifests(runner, session.id)
+  docs = await manifests(runner, session.id)
   assert [d["tail"]["history_len"] for d in docs] == [0, 2, 4, 6]  # user and model turns only
 
 
@@ -197,7 +172,7 @@ async def test_interleaved_text_and_images_keep_their_order():
   assert [p.inline_data.data[-5:] if p.inline_data else p.text for p in msg.parts[1:]] == [
       b"efore", "After photo:", b"after", "Which one is damaged?",
   ]
-  doc = (await _manifests(runner, session.id))[-1]
+  doc = (await manifests(runner, session.id))[-1]
   assert count_request(sent.contents, sent.config, COUNTER) <= doc["usable"]
 
 

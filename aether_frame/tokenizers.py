@@ -3,7 +3,9 @@
 The pure rules live in ``aether_frame.core.costing``; this module only decides
 *which* counter to use. ``get_counter()`` never hangs and never fails silently:
 if the BPE file is neither cached nor downloadable within a short timeout it
-logs one warning and returns the conservative ``EstimatingCounter``.
+logs one warning and returns ``EstimatingCounter``, which never counts fewer
+tokens than o200k_base or cl100k_base would (so budgets still fit), at the
+price of ~3x over-counting English text.
 
 Measured with tiktoken 0.14 (see ``benchmarks/token_batch.py``):
 - ``encode_ordinary`` in a loop beats ``encode_ordinary_batch`` at every batch
@@ -287,9 +289,11 @@ def _load(encoding: str) -> TokenCounter:
     reason = f"{type(e).__name__}: {e}"
     logger.warning(
         "aether-frame: cannot load tiktoken encoding %r (%s). Token counts will be "
-        "ESTIMATED (utf8_bytes/3 x 1.25, exact=False in manifests). Fix: put the "
-        "encoding file in a directory and set TIKTOKEN_CACHE_DIR to it (file name = "
-        "sha1 of %s), or allow network access on first use.",
+        "ESTIMATED by an upper bound: never fewer tokens than o200k_base and cl100k_base "
+        "count, but ~3x more on English text and up to ~5x on other scripts, so packs "
+        "hold less (exact=false in manifests). Fix: put the encoding file in a directory "
+        "and set TIKTOKEN_CACHE_DIR to it (file name = sha1 of %s), or allow network "
+        "access on first use.",
         encoding,
         reason,
         _ENCODING_FILES[encoding][0],

@@ -260,7 +260,7 @@ def test_tool_declarations(counter):
         (769, 768, 516),
         (1000, 500, 516),  # ceil(1000/768)=2 * ceil(500/768)=1
         (1536, 1536, 4 * 258),
-        (4000, 3000, 6 * 4 * 258),
+        (4000, 3000, 4 * 3 * 258),  # scaled down to 3072x2304 first
         (None, 300, IMAGE_UNKNOWN_TOKENS),
         (0, 0, IMAGE_UNKNOWN_TOKENS),
     ],
@@ -402,10 +402,11 @@ def test_pdf_text_and_unknown_modalities(counter):
 def test_estimating_counter_formula():
   e = EstimatingCounter()
   assert e.count("") == 0
-  assert e.count("abcdefghijkl") == math.ceil(12 / 3 * 1.25) == 5
-  assert e.count("人工智能") == math.ceil(12 / 3 * 1.25)
-  assert e.count("0, 0, 0, 0") >= len(ENC.encode_ordinary("0, 0, 0, 0"))  # pieces floor
-  assert e.count_many(["abc", "abcdef"]) == [2, 3]
+  # a token per byte, minus 1/3 per lowercase pair that is a token ("jk" is not)
+  assert e.count("abcdefghijkl") == math.ceil(12 - 10 / 3) == 9
+  assert e.count("人工智能") == 12  # a token per UTF-8 byte
+  assert e.count("0, 0, 0, 0") >= len(ENC.encode_ordinary("0, 0, 0, 0"))
+  assert e.count_many(["abc", "abcdef"]) == [math.ceil(3 - 2 / 3), math.ceil(6 - 5 / 3)] == [3, 5]
   d = EstimatingCounter(safety_factor=1.5, fallback_for="o200k_base").describe()
   assert d["exact"] is False and d["safety_factor"] == 1.5 and d["fallback_for"] == "o200k_base"
   with pytest.raises(ValueError):

@@ -334,7 +334,8 @@ class ManifestWriter:
             report.flushed += 1
             self.stats["flushed"] += 1
         report.pending = len(self.spool.pending(store))
-        self.spool.collect()
+        if report.flushed or report.already_stored:  # only then can blobs have lost their last entry
+          self.spool.collect()
     return report
 
   def _warn(self, key: str, msg: str, *args) -> None:

@@ -50,6 +50,15 @@ def test_window_overrides_match_like_model_names():
   assert windows.lookup("custom-x") == windows.lookup("OpenAI/Custom-X") == 1000
 
 
+def test_image_and_speech_variants_do_not_inherit_their_familys_1m_window():
+  windows = ModelWindows()
+  assert windows.lookup("gemini-2.5-flash") == 1_048_576
+  assert windows.lookup("gemini-2.5-flash-001") == 1_048_576
+  assert windows.lookup("gemini-2.5-flash-image") == windows.lookup("gemini-2.5-flash-image-preview") == 32_768
+  assert windows.lookup("gemini-3-pro-image-preview") == 65_536
+  assert windows.lookup("gemini-2.5-flash-preview-tts") == windows.lookup("gemini-2.5-pro-preview-tts") == 8_192
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e20, -1e20])
 def test_timestamps_and_now_out_of_range_are_named(bad):
   with pytest.raises(ValidationError, match="timestamp"):

@@ -19,6 +19,12 @@ DEFAULT_WINDOWS: dict[str, int] = {
     "gemini-2.0-flash-lite": 1_048_576,
     "gemini-1.5-pro": 2_097_152,
     "gemini-1.5-flash": 1_048_576,
+    # Image and speech variants share a family prefix but take far less input
+    # (Vertex AI model cards); without these the prefix rule would give them 1M.
+    "gemini-2.5-flash-image": 32_768,
+    "gemini-3-pro-image": 65_536,
+    "gemini-2.5-flash-preview-tts": 8_192,
+    "gemini-2.5-pro-preview-tts": 8_192,
     # Claude
     "claude-opus-4": 200_000,
     "claude-sonnet-4": 200_000,

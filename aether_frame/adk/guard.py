@@ -2,7 +2,8 @@
 
 Checked after every rewrite: no orphaned function_call / function_response
 (pending calls excepted), a legal role order (the request ends on a user
-turn), and a token count that fits the usable window.
+turn, or on the turn ADK itself ended it on), and a token count that fits the
+usable window.
 """
 
 from __future__ import annotations
@@ -43,8 +44,13 @@ def check_request(
     *,
     usable: int,
     pending: frozenset[str] = frozenset(),
+    last_role: str = "user",
 ) -> GuardResult:
   """``pending``: ``pending_calls`` of the original request; those may stay open.
+
+  ``last_role``: the role the original request ended on. ADK ends a
+  LoopAgent's next iteration on the agent's own reply; the rewrite keeps that
+  ending, and only a request the rewrite made end otherwise is illegal.
 
   The fit check recounts every content of the rewritten request itself, so
   it holds even if the compiler's view of the history were stale.
@@ -65,8 +71,8 @@ def check_request(
     problems.append(f"function_call {label} lost its function_response")
   if not contents:
     problems.append("request has no contents")
-  elif contents[-1].role != "user":
-    problems.append(f"request ends with role {contents[-1].role!r}, expected 'user'")
+  elif contents[-1].role != last_role:
+    problems.append(f"request ends with role {contents[-1].role!r}, expected {last_role!r}")
   tokens = count_request(contents, config, counter)
   if tokens > usable:
     problems.append(f"request is {tokens} tokens, over the usable {usable}")

@@ -181,6 +181,13 @@ class ContextPackPlugin(BasePlugin):
 
   # ----------------------------------------------------------------- callbacks
   async def before_model_callback(self, *, callback_context, llm_request):
+    # ADK runs the app's plugins, then the agent's own callbacks: an agent with
+    # ``context_pack_callbacks`` is left to them, or its request is packed twice.
+    if _packed_by_agent(callback_context):
+      return None
+    return await self._before_model(callback_context, llm_request)
+
+  async def _before_model(self, callback_context, llm_request):
     started = time.perf_counter()
     try:
       # A request sent unmodified is not estimated, so nothing of an earlier
@@ -381,7 +388,8 @@ class ContextPackPlugin(BasePlugin):
       new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
 
     guard = check_request(
-        new_contents, new_config, self.counter, usable=pack.manifest["usable"], pending=pending_calls(contents)
+        new_contents, new_config, self.counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
+        last_role=contents[-1].role,
     )
     fallback = None
     if not guard.ok:
@@ -474,6 +482,16 @@ class ContextPackPlugin(BasePlugin):
     if len(self._logged) < 1000:
       self._logged.add(key)
     logger.log(level, msg, *args, exc_info=exc_info)
+
+
+def _packed_by_agent(ctx) -> bool:
+  """Whether the agent's own before-model callbacks include ``context_pack_callbacks``."""
+  try:
+    agent = ctx.get_invocation_context().agent
+    callbacks = getattr(agent, "canonical_before_model_callbacks", None) or ()
+    return any(isinstance(getattr(cb, "plugin", None), ContextPackPlugin) for cb in callbacks)
+  except Exception:  # fail-open: an agent of another shape is packed by the plugin
+    return False
 
 
 def _shape(text: str) -> str:
@@ -590,12 +608,14 @@ def context_pack_callbacks(**plugin_kwargs) -> tuple[Callable[..., Awaitable[Any
   """Agent-level callbacks for a per-agent policy.
 
   Returns ``(before_model_callback, after_model_callback)`` for
-  ``LlmAgent(before_model_callback=..., after_model_callback=...)``.
+  ``LlmAgent(before_model_callback=..., after_model_callback=...)``. Next to
+  an app-wide ``ContextPackPlugin`` they win: the plugin leaves that agent to
+  them, so its requests are packed once, under this policy.
   """
   plugin = ContextPackPlugin(**plugin_kwargs)
 
   async def before_model(callback_context, llm_request):
-    return await plugin.before_model_callback(callback_context=callback_context, llm_request=llm_request)
+    return await plugin._before_model(callback_context, llm_request)  # the agent's own: no deferral check
 
   async def after_model(callback_context, llm_response):
     return await plugin.after_model_callback(callback_context=callback_context, llm_response=llm_response)

@@ -4,7 +4,8 @@
 entries together (a smaller prompt, but the tool block changes per step);
 ``mask`` keeps every declaration byte-stable for the prompt cache and
 restricts ``allowed_function_names`` instead. Framework tools are never
-removed: agent transfer, structured output, task completion and skills.
+removed: agent transfer, sub-agent delegation, structured output, task
+completion, loop exit and skills.
 Scoping only narrows what the caller's ``tool_config`` already allows; it
 never re-enables or widens tool calling.
 """
@@ -18,16 +19,23 @@ from google.genai import types
 
 from ..core.policy import ToolScoping
 
-PROTECTED_TOOLS = frozenset({"transfer_to_agent", "set_model_response", "finish_task"})
+# ``exit_loop`` is ADK's way out of a LoopAgent: scoped out, the loop runs to max_iterations (or forever).
+PROTECTED_TOOLS = frozenset({"transfer_to_agent", "set_model_response", "finish_task", "exit_loop"})
 SKILL_TOOL_SUFFIXES = (
     "list_skills", "search_skills", "load_skill", "unload_skill", "load_skill_resource", "run_skill_script",
 )
+
+try:  # the tools ADK adds to reach its single_turn and task sub-agents (as transfer_to_agent reaches chat ones)
+  from google.adk.tools.agent_tool import _SingleTurnAgentTool, _TaskAgentTool
+  _DELEGATION_TOOLS: tuple[type, ...] = (_SingleTurnAgentTool, _TaskAgentTool)
+except ImportError:  # pragma: no cover - an ADK without agent modes
+  _DELEGATION_TOOLS = ()
 
 
 def is_protected(name: str, tool: Any = None) -> bool:
   if name in PROTECTED_TOOLS or name.endswith(SKILL_TOOL_SUFFIXES):
     return True
-  return tool is not None and "skill" in type(tool).__module__
+  return tool is not None and ("skill" in type(tool).__module__ or isinstance(tool, _DELEGATION_TOOLS))
 
 
 @dataclass

@@ -1,0 +1,132 @@
+"""Workflow agents, agent-level callbacks and loop control through a real ADK Runner.
+
+Each test is a repro of a bug found by driving the plugin under ADK's
+workflow agents (``LoopAgent``, ``SequentialAgent``, ``ParallelAgent``) and
+next to the agent-level callbacks of ``context_pack_callbacks``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from google.adk.agents import LlmAgent, LoopAgent
+from google.adk.tools import exit_loop
+from google.genai import types
+
+from aether_frame.adk.plugin import ContextPackPlugin, context_pack_callbacks
+from aether_frame.core.policy import PackPolicy
+from aether_frame.offline_model import OfflineLlm, tool_call
+
+from tests.adk_support import Recorder, make_runner, manifests, new_session, say
+from tests.test_plugin_e2e import _decl_names, _dump, _pack_text, _payload_index, _state, get_weather
+
+pytestmark = pytest.mark.asyncio
+
+PACK_HEADER = "CONTEXT PACK v1"
+
+
+def _loop(*sub_agents, max_iterations: int) -> LoopAgent:
+  with warnings.catch_warnings():  # deprecated in favour of Workflow, still shipped and used
+    warnings.simplefilter("ignore", DeprecationWarning)
+    return LoopAgent(name="loop", sub_agents=list(sub_agents), max_iterations=max_iterations)
+
+
+# ------------------------------------------------------------------ LoopAgent
+async def test_a_loop_iteration_ending_on_the_agents_own_turn_keeps_the_full_pack():
+  """A LoopAgent's next iteration reaches the model ending on the agent's own
+  reply: ADK's own shape. The guard used to reject it ("ends with role 'model'")
+  and send the minimal pack, dropping every earlier turn from every iteration
+  after the first."""
+  model = OfflineLlm(default="Draft improved. " + "More detail on the vendor comparison. " * 4)
+  worker = LlmAgent(name="worker", model=model, instruction="Improve the draft.")
+  recorder = Recorder()
+  runner = make_runner(_loop(worker, max_iterations=2), [recorder, ContextPackPlugin(window=8192)])
+  session = await new_session(runner)
+  await say(runner, session.id, "Write a first draft.")
+  await say(runner, session.id, "Now make it shorter.")
+
+  assert len(model.received) == 4
+  orig, sent = recorder.requests[-1], model.received[-1]
+  assert orig.contents[-1].role == "model"  # ADK itself ends the iteration's request on the model turn
+  docs = await manifests(runner, session.id)
+  assert [d["runtime"]["guard"]["fallback"] for d in docs] == [False] * 4
+  # The whole history (both turn-one iterations) goes out, the iteration's own reply after the payload.
+  p = _payload_index(sent)
+  assert _dump(sent.contents[:p]) == _dump(orig.contents[:p])
+  assert _dump(sent.contents[p + 1:]) == _dump(orig.contents[p + 1:])
+  assert _pack_text(sent).endswith("USER REQUEST (VERBATIM):\nNow make it shorter.")
+  # Same invocation, same payload on both iterations.
+  assert sent.contents[p].model_dump_json() == model.received[-2].contents[p].model_dump_json()
+
+
+@pytest.mark.parametrize("mode", ["hard", "mask"])
+async def test_step_scoping_keeps_exit_loop_so_a_loop_can_end(mode):
+  """``exit_loop`` is how a LoopAgent's sub-agent ends the loop. Step scoping
+  removed (hard) or disallowed (mask) it like any out-of-step tool, so the loop
+  could only run to ``max_iterations`` (forever without one)."""
+  model = OfflineLlm(script=[tool_call("exit_loop", {}, "x1")], default="Still looping.")
+  worker = LlmAgent(name="worker", model=model, instruction="Stop when done.", tools=[get_weather, exit_loop])
+  runner = make_runner(_loop(worker, max_iterations=3), [ContextPackPlugin(window=8192, policy=PackPolicy(tool_scoping=mode))])
+  session = await new_session(runner, state={"tools": ["get_weather"]})
+  events = await say(runner, session.id, "Check the weather once, then stop.")
+
+  first = model.received[0]
+  assert "exit_loop" in _decl_names(first) and "exit_loop" in first.tools_dict
+  if mode == "mask":
+    assert first.config.tool_config.function_calling_config.allowed_function_names == ["exit_loop", "get_weather"]
+  assert any(e.actions.escalate for e in events)
+  assert len(model.received) == 1, "the loop must end on the exit_loop call"
+
+
+# ------------------------------------------------ agent callbacks + app plugin
+async def test_agent_level_callbacks_next_to_the_app_plugin_pack_once(tmp_path):
+  """ADK runs the app's plugin, then the agent's own callbacks. With both,
+  the request was packed twice: a pack inside a pack, two manifests per call
+  and every calibration sample counted twice."""
+  before, after = context_pack_callbacks(window=6000)
+  model = OfflineLlm(default="ok")
+  solo = LlmAgent(name="solo", model=model, instruction="Be brief.", before_model_callback=before, after_model_callback=after)
+  app_plugin = ContextPackPlugin(window=8192)
+  runner = make_runner(solo, [app_plugin])
+  session = await new_session(runner)
+  await say(runner, session.id, "one")
+  await say(runner, session.id, "two")
+
+  for req in model.received:
+    assert _pack_text(req).count(PACK_HEADER) == 1
+    assert _pack_text(req).endswith("USER REQUEST (VERBATIM):\n" + ("one" if req is model.received[0] else "two"))
+  assert _dump(model.received[1].contents[:2]) == _dump([
+      types.Content(role="user", parts=[types.Part(text="one")]), types.Content(role="model", parts=[types.Part(text="ok")]),
+  ])
+  # The agent's own, more specific, callbacks pack: one manifest per call, under their window.
+  docs = await manifests(runner, session.id)
+  assert [d["window"] for d in docs] == [6000, 6000]
+  state = await _state(runner, session.id)
+  assert state["aether_frame:calibration"]["models"]["offline-model"]["samples"] == 2
+  assert app_plugin.faults == before.plugin.faults == 0
+
+
+# ------------------------------------------------------ sub-agent delegation
+@pytest.mark.parametrize("mode", ["hard", "mask"])
+async def test_step_scoping_keeps_the_tool_adk_adds_to_reach_a_single_turn_sub_agent(mode):
+  """A ``single_turn`` (or ``task``) sub-agent is reached through a tool ADK
+  adds under its name, as a chat sub-agent is reached through
+  ``transfer_to_agent``. Step scoping kept the one and removed the other, so
+  the coordinator could not delegate."""
+  worker_model = OfflineLlm(default="Vendor B is cheapest.")
+  worker = LlmAgent(name="researcher", model=worker_model, instruction="Research.", description="Researches vendors.",
+                    mode="single_turn")
+  model = OfflineLlm(script=[tool_call("researcher", {"request": "find the cheapest vendor"}, "d1"), "Done: vendor B."])
+  coordinator = LlmAgent(name="coordinator", model=model, instruction="Delegate research.", sub_agents=[worker],
+                         tools=[get_weather])
+  runner = make_runner(coordinator, [ContextPackPlugin(window=8192, policy=PackPolicy(tool_scoping=mode))])
+  session = await new_session(runner, state={"tools": ["get_weather"]})
+  events = await say(runner, session.id, "Which vendor is cheapest?")
+
+  first = model.received[0]
+  assert _decl_names(first) == ["get_weather", "researcher"] and "researcher" in first.tools_dict
+  if mode == "mask":
+    assert first.config.tool_config.function_calling_config.allowed_function_names == ["get_weather", "researcher"]
+  assert len(worker_model.received) == 1
+  assert events[-1].content.parts[0].text == "Done: vendor B."

@@ -130,3 +130,27 @@ async def test_step_scoping_keeps_the_tool_adk_adds_to_reach_a_single_turn_sub_a
     assert first.config.tool_config.function_calling_config.allowed_function_names == ["get_weather", "researcher"]
   assert len(worker_model.received) == 1
   assert events[-1].content.parts[0].text == "Done: vendor B."
+
+
+def test_parallel_runs_of_one_agent_get_a_compiler_each():
+  """Workflow workers of one agent run in branches with different histories; a
+  shared compiler would be reset by each in turn (and lose calibration samples)."""
+  from google.adk.agents import LlmAgent
+  from google.adk.agents.callback_context import CallbackContext
+  from google.adk.agents.invocation_context import InvocationContext
+  from google.adk.sessions import InMemorySessionService, Session
+
+  from aether_frame.adk.plugin import ContextPackPlugin
+
+  plugin = ContextPackPlugin(window=8192)
+  agent = LlmAgent(name="worker", model="gemini-2.5-flash")
+  session = Session(app_name="app", user_id="u", id="s")
+
+  def ctx(branch):
+    inv = InvocationContext(
+        session_service=InMemorySessionService(), invocation_id="i1", agent=agent, session=session, branch=branch)
+    return CallbackContext(inv)
+
+  a, b = plugin._cache_for(ctx("root.worker@0"), plugin.policy), plugin._cache_for(ctx("root.worker@1"), plugin.policy)
+  assert a is not b
+  assert plugin._cache_for(ctx("root.worker@0"), plugin.policy) is a

@@ -224,8 +224,11 @@ class ContextPackPlugin(BasePlugin):
 
   # ------------------------------------------------------------------ compile
   def _key(self, ctx) -> tuple:
+    """One compiler per session, agent and branch: parallel runs of one agent
+    (workflow workers) see different histories and must not reset each other's."""
     s = ctx.session
-    return (s.app_name, s.user_id, s.id, ctx.agent_name)
+    branch = getattr(ctx.get_invocation_context(), "branch", None)
+    return (s.app_name, s.user_id, s.id, ctx.agent_name, branch)
 
   def _policy_for(self, agent: str) -> PackPolicy:
     return self.agent_policies.get(agent, self.policy)

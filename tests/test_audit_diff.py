@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from google.adk.artifacts import FileArtifactService
+from google.genai import types
 
 from aether_frame.audit.diff import context_diff
 from aether_frame.audit.replay import default_ranking, rebuild
@@ -50,6 +51,43 @@ def naive_common_prefix(a: bytes, b: bytes) -> int:
 @given(st.binary(max_size=300), st.binary(max_size=300), st.binary(max_size=9000))
 def test_common_prefix_len_matches_a_plain_loop(a, b, shared):
   assert common_prefix_len(shared + a, shared + b) == naive_common_prefix(shared + a, shared + b)
+
+
+def test_the_rendering_puts_instruction_contents_where_the_request_carries_them(tmp_path):
+  """A static instruction's file rides first and the dynamic instruction just before the
+  user turn; the rebuilt rendering (and so the cache-break byte) must put them there too."""
+  root = tmp_path / "artifacts"
+  static = types.Content(role="user", parts=[
+      types.Part(text="You are a static helper."),
+      types.Part(inline_data=types.Blob(mime_type="text/plain", data=b"HANDBOOK: refunds need a receipt. " * 60)),
+  ])
+  run = asyncio.run(run_session(FileArtifactService(str(root)), 8, tools=False, window=3072, static_instruction=static))
+  live = [render_live(r) for r in run.model.received]
+  assert len(live) == 8 and run.plugin.faults == 0
+
+  async def rebuilt_all():
+    src = open_location(str(root))
+    ref = (await src.sessions())[0]
+    ranking = default_ranking()
+    return [await rebuild(src, c, ranking=ranking) for c in await src.calls(ref)]
+
+  for rb, sent in zip(asyncio.run(rebuilt_all()), live):
+    assert rb.pack.manifest["prefix_sha256"] == rb.call.doc["prefix_sha256"]
+    assert request_text(rb.inputs, rb.pack) == sent
+
+
+def test_the_prefix_hash_covers_the_instruction_contents(tmp_path):
+  """Two agents that differ only in a static instruction file send different cached prefixes."""
+  def first_manifest(data: bytes) -> dict:
+    static = types.Content(role="user", parts=[types.Part(text="Helper."), types.Part(
+        inline_data=types.Blob(mime_type="text/plain", data=data))])
+    run = asyncio.run(run_session(FileArtifactService(str(tmp_path / data.decode()[:4])), 1, tools=False,
+                                  window=3072, static_instruction=static))
+    return run.documents[0]
+
+  a, b = first_manifest(b"AAAA handbook"), first_manifest(b"BBBB handbook")
+  assert a["input_sha256"] != b["input_sha256"]
+  assert a["prefix_sha256"] != b["prefix_sha256"]
 
 
 def test_diff_of_consecutive_calls_finds_the_cache_break(tmp_path, capsys):

@@ -44,7 +44,7 @@ from ..calibration import Calibrator
 from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompilerSession
 from ..core.costing import TokenCounter
-from ..core.items import Item, Layer, Trust
+from ..core.items import PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
 from ..core.policy import OverflowPolicy, PackPolicy
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
@@ -352,7 +352,8 @@ class ContextPackPlugin(BasePlugin):
     inflight_fps = [sources.fingerprint(c) for c in inflight_contents]
     # Pinned contents outside the history, in request order: the in-flight
     # steps and the instruction contents, charged like the in-flight steps.
-    pinned = [(i, self._instruction_item(n, contents[i])) for n, i in enumerate(sorted(instructions))]
+    pinned = [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor)))
+              for n, i in enumerate(sorted(instructions))]
     for s, e in sources.group_spans(inflight_contents):
       it = sources.group_item(inflight_contents, (s, e), self.counter, None, inflight_fps)
       pinned.append((inflight_at[s], it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"})))
@@ -425,13 +426,14 @@ class ContextPackPlugin(BasePlugin):
         "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
     }
 
-  def _instruction_item(self, n: int, content: types.Content) -> Item:
+  def _instruction_item(self, n: int, content: types.Content, placement: Optional[str]) -> Item:
     """The ``n``-th instruction content as a pinned in-flight item: charged, never trimmed."""
     return Item(
         id=f"instruction:{n}", layer=Layer.CONVERSATION, role=content.role, kind="instruction",
         text=" ".join(p.text for p in content.parts or () if p.text),
         parts=[sources.part_dict(p) for p in content.parts or ()],
         tokens=sources.contents_tokens([content], self.counter), pinned=True, trust=Trust.DEVELOPER,
+        meta={PLACEMENT: placement} if placement else {},
     )
 
   async def _artifact_keys(self, ctx, cache: _SessionCache) -> list[str]:
@@ -485,6 +487,15 @@ class ContextPackPlugin(BasePlugin):
     if len(self._logged) < 1000:
       self._logged.add(key)
     logger.log(level, msg, *args, exc_info=exc_info)
+
+
+def _placement(i: int, convo: list[int], anchor: int) -> Optional[str]:
+  """Where the request carries the instruction content at ``i``, for the manifest's
+  prefix hash and the audit's request rendering: ahead of every conversation
+  content, ahead of the user turn, or (``None``) among the in-flight steps."""
+  if not convo or i < convo[0]:
+    return PLACED_FIRST
+  return PLACED_BEFORE_REQUEST if i < convo[anchor] else None
 
 
 def _packed_by_agent(ctx) -> bool:

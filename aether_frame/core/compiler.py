@@ -21,7 +21,7 @@ from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
 from .canonical import canonical_json, canonical_parts_json, chain_step, digest, sha256_hex
 from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
-from .items import MAX_TIMESTAMP, MIN_TIMESTAMP, Item, Layer
+from .items import MAX_TIMESTAMP, MIN_TIMESTAMP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer
 from .kept_ids import KeptIds
 from .memo import BoundedMemo, LastCallMemo
 from .policy import OverflowPolicy, PackPolicy
@@ -40,7 +40,8 @@ class CallInputs(BaseModel):
   ``items`` holds the system, task, tools, evidence and memory candidates;
   the task layer must contain exactly one ``kind="user_request"`` item (its
   ``parts`` carry the user's non-text parts). ``inflight`` holds the
-  current invocation's steps after the user turn (tool calls and results).
+  current invocation's steps after the user turn (tool calls and results),
+  and pinned contents the request carries elsewhere (``meta[PLACEMENT]``).
   """
 
   model_config = ConfigDict(extra="forbid")
@@ -981,6 +982,9 @@ class CompilerSession:
         "tools": self._texts_digest(tuple(tool_texts)),
         "conversation": conversation_sha,
     }
+    placed = [_item_digest(i) for i in inflight if i.meta.get(PLACEMENT) in (PLACED_FIRST, PLACED_BEFORE_REQUEST)]
+    if placed:  # instruction contents ride before the payload: a change to them breaks the cache too
+      prefix["instructions"] = placed
     return {
         "schema": MANIFEST_SCHEMA,
         "pack_id": "pack_" + input_sha.removeprefix("sha256:")[:20],

@@ -46,6 +46,15 @@ MAX_TIMESTAMP = 253_402_300_799.0
 """9999-12-31T23:59:59Z."""
 
 
+PLACEMENT = "placement"
+"""``meta`` key of an in-flight item that the request carries before the payload
+rather than after it (ADK's instruction contents): ``PLACED_FIRST`` ahead of the
+conversation, ``PLACED_BEFORE_REQUEST`` between the kept conversation and the
+payload. Such items are part of the cached prompt prefix."""
+PLACED_FIRST = "first"
+PLACED_BEFORE_REQUEST = "before_request"
+
+
 class Provenance(BaseModel):
   """Where an item came from, so a dropped item can be found again."""
 

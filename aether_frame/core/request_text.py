@@ -13,6 +13,9 @@ Layout, UTF-8:
   ``<<{role}>>\\n{canonical JSON of parts}\\n`` per kept conversation group,
   the payload message (``user``, text part first, then the user's non-text parts),
   then the in-flight steps of the current invocation, as in the real request.
+  In-flight items placed elsewhere (``meta[PLACEMENT]``, ADK's instruction
+  contents) sit where the request carries them: first ahead of the
+  conversation, before_request just ahead of the payload.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any, Optional, Sequence
 
 from .canonical import canonical_json
 from .compiler import CompiledPack, CompileInput
-from .items import Item, Layer
+from .items import PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer
 
 
 def _segment(label: str, body: str) -> str:
@@ -46,10 +49,22 @@ def render_segments(
   names = list(tool_names) if tool_names is not None else [str(i) for i in range(len(tools))]
   out = [("system", _segment("system", s)) for s in system]
   out += [(f"tool {n}", _segment("tool", t)) for n, t in zip(names, tools)]
+
+  def steps(where: Optional[str]) -> list[tuple[str, str]]:
+    return [(f"inflight {i.id}", _segment(i.role or "user", canonical_json(_parts_of(i))))
+            for i in inflight if _placement(i) == where]
+
+  out += steps(PLACED_FIRST)
   out += [(f"conversation {g.id}", _segment(g.role or "user", canonical_json(_parts_of(g)))) for g in conversation]
+  out += steps(PLACED_BEFORE_REQUEST)
   out.append(("payload", _segment("user", canonical_json([{"text": payload}, *(payload_parts or ())]))))
-  out += [(f"inflight {i.id}", _segment(i.role or "user", canonical_json(_parts_of(i)))) for i in inflight]
+  out += steps(None)
   return out
+
+
+def _placement(item: Item) -> Optional[str]:
+  where = item.meta.get(PLACEMENT)
+  return where if where in (PLACED_FIRST, PLACED_BEFORE_REQUEST) else None
 
 
 def render_request(**kw) -> str:

@@ -154,6 +154,31 @@ async def test_the_dynamic_instruction_is_not_synced_as_history():
   assert [d["tail"]["history_len"] for d in docs] == [0, 2, 4, 6]  # user and model turns only
 
 
+async def test_per_turn_model_input_context_is_pinned_not_history():
+  """``RunConfig.model_input_context`` rides before the user turn of one invocation only:
+  as history it was trimmable and reset the incremental sync on every turn."""
+  from google.adk.agents.run_config import RunConfig
+
+  model = OfflineLlm(default="Short answer.")
+  runner = make_runner(agent(model=model)[0], [ContextPackPlugin(window=8192)])
+  session = await new_session(runner)
+  for t in range(4):
+    context = types.Content(role="user", parts=[types.Part(text=f"PAGE CONTEXT: the user is on page {t}.")])
+    msg = types.Content(role="user", parts=[types.Part(text=f"Turn {t}: a short question.")])
+    async for _ in runner.run_async(user_id=USER, session_id=session.id, new_message=msg,
+                                    run_config=RunConfig(model_input_context=[context])):
+      pass
+    sent = model.received[-1]
+    at = _payload_index(sent)
+    assert sent.contents[at - 1].parts[0].text == f"PAGE CONTEXT: the user is on page {t}."
+    assert sum("PAGE CONTEXT" in (p.text or "") for c in sent.contents for p in c.parts or ()) == 1
+  docs = await manifests(runner, session.id)
+  assert [d["tail"]["history_len"] for d in docs] == [0, 2, 4, 6]  # user and model turns only
+  for doc in docs:
+    rows = [r for r in doc["items"] if r["kind"] == "input_context"]
+    assert len(rows) == 1 and rows[0]["status"] == "included" and rows[0]["tokens"] > 0
+
+
 # ------------------------------------------------------------ the user's parts
 async def test_interleaved_text_and_images_keep_their_order():
   model = OfflineLlm(default="The second one.")

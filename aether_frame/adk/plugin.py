@@ -15,8 +15,9 @@ The rewritten contents, in the original order:
 
 - the contents ADK added for the agent's instructions (a static
   instruction's files and the dynamic instruction; see
-  ``_instruction_positions``): sent unchanged where ADK put them, pinned and
-  charged to the budget, never conversation history;
+  ``_instruction_positions``) and the invocation's
+  ``RunConfig.model_input_context``: sent unchanged where ADK put them, pinned
+  and charged to the budget, never conversation history;
 - the kept conversation tail;
 - the payload message, in place of the user turn: a text part with the pack
   ending in ``"USER REQUEST (VERBATIM):\n"``, then the user's own parts,
@@ -302,7 +303,9 @@ class ContextPackPlugin(BasePlugin):
     # The conversation proper, as positions in ``contents``: ADK's instruction
     # contents are neither history nor the user turn.
     instructions = _instruction_positions(llm_request, contents, cache.events.by_fp)
-    convo = [i for i in range(len(contents)) if i not in instructions]
+    transient = _input_context_positions(ctx, contents, cache.events.by_fp, instructions)
+    placed = instructions | transient
+    convo = [i for i in range(len(contents)) if i not in placed]
     anchor = sources.anchor_index([contents[i] for i in convo], ctx.user_content)
     if anchor is None:
       self._log_once("no-user-turn", logging.INFO, "request has no user turn; sent unmodified")
@@ -354,6 +357,8 @@ class ContextPackPlugin(BasePlugin):
     # steps and the instruction contents, charged like the in-flight steps.
     pinned = [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor)))
               for n, i in enumerate(sorted(instructions))]
+    pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), kind="input_context"))
+               for n, i in enumerate(sorted(transient))]
     for s, e in sources.group_spans(inflight_contents):
       it = sources.group_item(inflight_contents, (s, e), self.counter, None, inflight_fps)
       pinned.append((inflight_at[s], it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"})))
@@ -378,7 +383,7 @@ class ContextPackPlugin(BasePlugin):
 
     # REWRITE: build everything first, assign last, so a fault leaves the request untouched.
     # Everything kept stays in its original order, the payload in the user turn's place.
-    keep = instructions | set(inflight_at)
+    keep = placed | set(inflight_at)
     kept = set(keep)
     for gid in pack.conversation_ids:
       s, e = cache.compiler.history_group(gid).meta["span"]
@@ -426,10 +431,10 @@ class ContextPackPlugin(BasePlugin):
         "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
     }
 
-  def _instruction_item(self, n: int, content: types.Content, placement: Optional[str]) -> Item:
-    """The ``n``-th instruction content as a pinned in-flight item: charged, never trimmed."""
+  def _instruction_item(self, n: int, content: types.Content, placement: Optional[str], kind: str = "instruction") -> Item:
+    """The ``n``-th instruction (or input context) content as a pinned in-flight item: charged, never trimmed."""
     return Item(
-        id=f"instruction:{n}", layer=Layer.CONVERSATION, role=content.role, kind="instruction",
+        id=f"{kind}:{n}", layer=Layer.CONVERSATION, role=content.role, kind=kind,
         text=" ".join(p.text for p in content.parts or () if p.text),
         parts=[sources.part_dict(p) for p in content.parts or ()],
         tokens=sources.contents_tokens([content], self.counter), pinned=True, trust=Trust.DEVELOPER,
@@ -487,6 +492,30 @@ class ContextPackPlugin(BasePlugin):
     if len(self._logged) < 1000:
       self._logged.add(key)
     logger.log(level, msg, *args, exc_info=exc_info)
+
+
+def _input_context_positions(ctx, contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> set[int]:
+  """Positions of ``RunConfig.model_input_context``: contents ADK inserts before the
+  user turn for this invocation only, never stored as session events.
+
+  As history they would be trimmable, and, gone by the next turn, would reset
+  the incremental history sync on every turn (a full re-cost of the session).
+  """
+  run_config = getattr(ctx.get_invocation_context(), "run_config", None)
+  extra = list(getattr(run_config, "model_input_context", None) or ())
+  if not extra:
+    return set()
+  wanted: dict[str, int] = {}
+  for c in extra:
+    fp = sources.fingerprint(c)
+    wanted[fp] = wanted.get(fp, 0) + 1
+  out: set[int] = set()
+  for i, c in enumerate(contents):
+    fp = sources.fingerprint(c)
+    if i not in taken and wanted.get(fp) and fp not in event_fps:
+      wanted[fp] -= 1
+      out.add(i)
+  return out
 
 
 def _placement(i: int, convo: list[int], anchor: int) -> Optional[str]:

@@ -221,12 +221,22 @@ for i, want in ipairs({'hash', 'set'}) do
     corrupt(KEYS[i], 'holds a Redis ' .. t .. ', expected a ' .. want)
   end
 end
+local fresh_steps = redis.call('EXISTS', KEYS[2]) == 0
 redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
 redis.call('SADD', KEYS[2], ARGV[2])
 local ttl = tonumber(ARGV[1])
 if ttl > 0 then
   redis.call('PEXPIRE', KEYS[1], ttl)
-  redis.call('PEXPIRE', KEYS[2], ttl)
+  -- Stores with other ttl_seconds share the steps set: it must outlive
+  -- every step it lists, so never shorten its TTL or drop a persist.
+  local left = redis.call('PTTL', KEYS[2])
+  if fresh_steps or (left >= 0 and left < ttl) then
+    redis.call('PEXPIRE', KEYS[2], ttl)
+  end
+else
+  -- ttl_seconds=None keeps the notes, even in a step that had a TTL.
+  redis.call('PERSIST', KEYS[1])
+  redis.call('PERSIST', KEYS[2])
 end
 return 1
 """

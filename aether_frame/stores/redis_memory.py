@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 UNKNOWN_SESSION_ID = "__unknown_session_id__"  # same marker as ADK's services
 SCORE_KEY = "bm25_score"  # custom_metadata key carrying the search score
 _BATCH = 200  # documents per script call, to keep Redis responsive
+# Postings per script call: with huge documents 200 of them can take a script
+# for seconds (other clients get BUSY, and a script that wrote cannot be
+# killed). A single larger document still goes alone, atomically.
+_BATCH_POSTINGS = 20_000
 _MAX_RETRIES = 20
 
 
@@ -232,21 +236,31 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
   ) -> None:
     """Upserts entries (last wins per id) in batches, each batch atomic."""
     by_id = {entry.id: (entry, ts) for entry, ts in entries}
-    items = list(by_id.items())
     keys = _IndexKeys(self._prefix, app_name, user_id)
-    for start in range(0, len(items), _BATCH):
-      await self._index_batch(keys, items[start : start + _BATCH], mode)
+    batch: list[tuple[str, MemoryEntry, float, Counter[str]]] = []
+    postings = 0
+    for memory_id, (entry, ts) in by_id.items():
+      tf = Counter(ru.enc(t) for t in tokenize(entry_text(entry.content)))
+      if batch and (
+          len(batch) >= _BATCH or postings + len(tf) > _BATCH_POSTINGS
+      ):
+        await self._index_batch(keys, batch, mode)
+        batch, postings = [], 0
+      batch.append((memory_id, entry, ts, tf))
+      postings += len(tf)
+    if batch:
+      await self._index_batch(keys, batch, mode)
 
   async def _index_batch(
-      self, keys: _IndexKeys, items: list[tuple[Any, Any]], mode: str
+      self,
+      keys: _IndexKeys,
+      docs: list[tuple[str, MemoryEntry, float, Counter[str]]],
+      mode: str,
   ) -> None:
-    docs = []
     names: dict[str, int] = {}
-    for memory_id, (entry, ts) in items:
-      tf = Counter(ru.enc(t) for t in tokenize(entry_text(entry.content)))
+    for _, _, _, tf in docs:
       for term in tf:
         names.setdefault(term, len(names) + 1)
-      docs.append((memory_id, entry, ts, tf))
     extra: set[str] = set()
     for _ in range(_MAX_RETRIES):
       all_names = list(names) + sorted(extra - names.keys())

@@ -10,6 +10,8 @@ note id) rather than loses notes.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 import uuid
 
@@ -26,6 +28,20 @@ from ._memory_lua import NOTE_SOURCES
 from .errors import CorruptDataError
 
 NOTE_KIND = "working_note"
+
+_id_lock = threading.Lock()
+_last_id_ns = 0
+
+
+def _note_id() -> str:
+  """A unique id that sorts in creation order. list_notes breaks timestamp
+  ties by id, and ties are common (a fixed ADK time provider, coarse
+  clocks); random ids would list such notes in random order."""
+  global _last_id_ns
+  with _id_lock:
+    _last_id_ns = max(time.time_ns(), _last_id_ns + 1)
+    ns = _last_id_ns
+  return f"note-{ns:020d}-{uuid.uuid4().hex}"
 
 
 def _note_time(note: MemoryEntry) -> float:
@@ -71,7 +87,7 @@ class WorkingMemory(ru.RedisStoreBase):
     """Stores a note and returns it as the MemoryEntry list_notes yields."""
     now = platform_time.get_time()
     note = MemoryEntry(
-        id=f"note-{uuid.uuid4().hex}",
+        id=_note_id(),
         content=types.Content(role="user", parts=[types.Part(text=text)]),
         author=author,
         timestamp=memory_utils.format_timestamp(now),

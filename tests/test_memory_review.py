@@ -1,0 +1,122 @@
+"""Review regressions for RedisMemoryService and WorkingMemory (real redis)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from google.adk.events.event import Event
+from google.adk.platform import time as platform_time
+from google.genai import types
+import redis
+
+from aether_frame.stores import RedisMemoryService
+from aether_frame.stores import WorkingMemory
+from tests.fixtures.redis_server import redis_server  # noqa: F401
+from tests.fixtures.redis_server import redis_url  # noqa: F401
+from tests.test_redis_memory import check_index
+
+APP, USER, SID = "app", "u", "s1"
+
+
+def texts(notes):
+  return [n.content.parts[0].text for n in notes]
+
+
+def step_key(step: str) -> str:
+  return f"aether:{{{APP}:{USER}}}:wm:{SID}:step:{step}"
+
+
+async def wait_gone(r: redis.Redis, key: str) -> None:
+  """Bounded wait for a key's TTL to run out."""
+  for _ in range(500):
+    if not r.exists(key):
+      return
+    await asyncio.sleep(0.01)
+  raise AssertionError(f"{key} never expired")
+
+
+async def test_notes_with_equal_timestamps_list_oldest_first(redis_url):
+  # A fixed ADK time provider (replays, tests) or a coarse clock gives notes
+  # equal timestamps; list_notes must still return them in insertion order.
+  wm = WorkingMemory(redis_url)
+  platform_time.set_time_provider(lambda: 1_700_000_000.0)
+  try:
+    added = []
+    for i in range(12):
+      step = "plan" if i % 3 else "act"
+      await wm.add_note(APP, USER, SID, step, f"note {i}")
+      added.append((step, f"note {i}"))
+  finally:
+    platform_time.reset_time_provider()
+  assert texts(await wm.list_notes(APP, USER, SID)) == [t for _, t in added]
+  assert texts(await wm.list_notes(APP, USER, SID, "plan")) == [
+      t for s, t in added if s == "plan"]
+  await wm.close()
+
+
+async def test_short_ttl_store_does_not_hide_live_steps(redis_url):
+  # Two stores with different ttl_seconds share a session's steps set; the
+  # short one must not make the long-lived step vanish from list_notes().
+  r = redis.Redis.from_url(redis_url)
+  long_lived = WorkingMemory(redis_url, ttl_seconds=3600)
+  scratch = WorkingMemory(redis_url, ttl_seconds=0.05)
+  await long_lived.add_note(APP, USER, SID, "a", "long lived")
+  await scratch.add_note(APP, USER, SID, "b", "scratch")
+  await wait_gone(r, step_key("b"))
+  assert texts(await long_lived.list_notes(APP, USER, SID, "a")) == [
+      "long lived"]
+  assert texts(await long_lived.list_notes(APP, USER, SID)) == ["long lived"]
+  await long_lived.close()
+  await scratch.close()
+  r.close()
+
+
+async def test_ttl_none_keeps_notes_in_a_step_with_a_ttl(redis_url):
+  # "None keeps them": a note added by a ttl_seconds=None store must not
+  # expire because another store gave the step a TTL earlier.
+  r = redis.Redis.from_url(redis_url)
+  scratch = WorkingMemory(redis_url, ttl_seconds=0.05)
+  keeper = WorkingMemory(redis_url, ttl_seconds=None)
+  await scratch.add_note(APP, USER, SID, "a", "scratch in a")
+  await keeper.add_note(APP, USER, SID, "a", "keep me")
+  await scratch.add_note(APP, USER, SID, "b", "scratch in b")  # expires last
+  await wait_gone(r, step_key("b"))
+  assert "keep me" in texts(await keeper.list_notes(APP, USER, SID, "a"))
+  assert "keep me" in texts(await keeper.list_notes(APP, USER, SID))
+  await scratch.close()
+  await keeper.close()
+  r.close()
+
+
+async def test_huge_events_are_indexed_in_bounded_script_calls(redis_url):
+  # 200 documents per script is no bound when documents are huge: one call
+  # with 100k postings blocks Redis for seconds (other workers get BUSY, and
+  # a script that wrote cannot be killed). Each call's postings stay bounded.
+  r = redis.Redis.from_url(redis_url)
+  mem = RedisMemoryService(redis_url)
+  await mem.add_events_to_memory(  # loads the script (no NOSCRIPT calls below)
+      app_name=APP, user_id="warm-up", events=[Event(
+          author="user", content=types.Content(parts=[types.Part(text="hi")]))])
+  r.config_set("slowlog-max-len", 1_000_000)
+  r.config_set("slowlog-log-slower-than", 0)  # log every command, no timing
+  r.slowlog_reset()
+  events = [
+      Event(id=f"e{k}", invocation_id="i", author="tool", timestamp=float(k),
+            content=types.Content(role="user", parts=[types.Part(
+                text=" ".join(f"w{k}x{i}" for i in range(1000)))]))
+      for k in range(100)
+  ]
+  try:
+    await mem.add_events_to_memory(app_name=APP, user_id=USER, events=events)
+    calls = [e["command"].split() for e in r.slowlog_get(1_000_000)]
+  finally:
+    r.config_set("slowlog-log-slower-than", 10_000)
+    r.slowlog_reset()
+  keys_per_call = [int(c[2]) for c in calls if c[0].upper() == b"EVALSHA"]
+  assert sum(keys_per_call) - 6 * len(keys_per_call) == 100 * 1000
+  assert max(keys_per_call) <= 6 + 50_000
+  assert check_index(redis_url) == 100
+  got = await mem.search_memory(app_name=APP, user_id=USER, query="w7x3 w99x999")
+  assert sorted(m.id for m in got.memories) == ["e7", "e99"]
+  await mem.close()
+  r.close()

@@ -154,3 +154,35 @@ def test_parallel_runs_of_one_agent_get_a_compiler_each():
   a, b = plugin._cache_for(ctx("root.worker@0"), plugin.policy), plugin._cache_for(ctx("root.worker@1"), plugin.policy)
   assert a is not b
   assert plugin._cache_for(ctx("root.worker@0"), plugin.policy) is a
+
+
+async def test_an_include_contents_none_agent_in_a_sequence_gets_a_pack():
+  """Such an agent sees only ADK's relay of the previous agent ("For context: ...");
+  with no user turn to anchor on, its requests used to go out unmodified: no contract,
+  no plan, no budget, no manifest."""
+  from google.adk.agents import SequentialAgent
+
+  first_model = OfflineLlm(default="Draft: vendor A is cheaper, vendor B is faster.")
+  second_model = OfflineLlm(default="Reviewed.")
+  first = LlmAgent(name="drafter", model=first_model, instruction="Draft an answer.")
+  second = LlmAgent(name="reviewer", model=second_model, instruction="Review the draft.", include_contents="none")
+  recorder = Recorder()
+  with warnings.catch_warnings():  # deprecated in favour of Workflow, still shipped and used
+    warnings.simplefilter("ignore", DeprecationWarning)
+    pipeline = SequentialAgent(name="pipeline", sub_agents=[first, second])
+  runner = make_runner(pipeline, [recorder, ContextPackPlugin(window=8192)])
+  session = await new_session(runner, state={"plan": {
+      "goal": "Pick a vendor.", "step": "Review the draft.", "acceptance": ["Name the cheaper vendor"]}})
+  await say(runner, session.id, "Compare the vendors.")
+
+  orig, sent = recorder.requests[-1], second_model.received[-1]
+  assert not any("Compare the vendors." in (p.text or "") for c in orig.contents for p in c.parts or ())
+  relay = "\n".join(p.text for p in orig.contents[-1].parts if p.text)
+  assert relay.startswith("For context:") and "vendor A is cheaper" in relay
+  msg = sent.contents[_payload_index(sent)]
+  assert _pack_text(sent).startswith(PACK_HEADER)
+  assert "Name the cheaper vendor" in _pack_text(sent)  # the plan reaches the reviewer
+  assert "\n".join(p.text for p in msg.parts if p.text).endswith(relay.split("\n", 1)[1])  # the relay, unchanged
+  docs = await manifests(runner, session.id)
+  assert [d["agent"] for d in docs] == ["drafter", "reviewer"]
+  assert docs[-1]["valid"]

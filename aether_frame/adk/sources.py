@@ -102,16 +102,22 @@ def anchor_index(contents: Sequence[types.Content], user_content: Optional[types
   found as ADK finds it (``==`` on the whole content, so an image-only message
   matches too); after an agent transfer, later user-role "For context:"
   contents are part of the invocation, not the request. Otherwise the last
-  human user content that is not such a relay.
+  human user content that is not such a relay; and when a relay is all there
+  is (an ``include_contents="none"`` agent after another in a sequence sees
+  only what the previous agent said), the last relay: it is what the agent answers.
   """
   if user_content is not None:
     for i in range(len(contents) - 1, -1, -1):
       if contents[i] == user_content and is_human_user(contents[i]):
         return i
+  relay = None
   for i in range(len(contents) - 1, -1, -1):
-    if is_human_user(contents[i]) and not is_other_agent_context(contents[i]):
-      return i
-  return None
+    if is_human_user(contents[i]):
+      if not is_other_agent_context(contents[i]):
+        return i
+      if relay is None:
+        relay = i
+  return relay
 
 
 def call_ids(content: types.Content) -> tuple[list[str], list[str]]:

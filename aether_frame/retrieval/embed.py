@@ -42,8 +42,13 @@ class Embedder(Protocol):
 
 
 def normalise(vector: Sequence[float], ndigits: int = 6) -> list[float]:
+  """The unit vector, rounded; zeros for a zero vector or one with a NaN or infinite component.
+
+  Such a vector has no direction: normalised it was all NaN, the item's score
+  became NaN, and MMR never settled (``rank`` hung). As zeros it is simply not similar.
+  """
   norm = math.sqrt(sum(x * x for x in vector))
-  if norm == 0.0:
+  if norm == 0.0 or not math.isfinite(norm):
     return [0.0] * len(vector)
   return [round(x / norm, ndigits) for x in vector]
 
@@ -61,6 +66,8 @@ class VectorCache:
     self._cache: OrderedDict[tuple[str, str, str], list[float]] = OrderedDict()
     self.hits = 0
     self.misses = 0
+    self.dim: Optional[int] = None
+    """Length of every vector so far: one of another length is the embedder failing."""
 
   def get_many(self, texts: Sequence[str], *, purpose: Purpose = "document") -> list[list[float]]:
     keys = [(self.embedder.name, purpose, content_hash(t)) for t in texts]
@@ -77,8 +84,15 @@ class VectorCache:
       vectors = self.embedder.embed([texts[todo[k][0]] for k in order], purpose=purpose)
       if len(vectors) != len(order):
         raise RuntimeError(f"{self.embedder.name} returned {len(vectors)} vectors for {len(order)} texts")
+      vectors = [normalise(v) for v in vectors]
+      # A ragged or empty vector (a Gemini embedding without values) made the
+      # ranker's matrix fail outside its fallback; raised here, the call ranks lexically.
+      dim = self.dim if self.dim is not None else len(vectors[0])
+      bad = next((len(v) for v in vectors if len(v) != dim or not v), None)
+      if bad is not None:
+        raise RuntimeError(f"{self.embedder.name} returned a {bad}-d vector, expected {dim}-d")
+      self.dim = dim
       for k, v in zip(order, vectors):
-        v = normalise(v)
         self._cache[k] = v
         for i in todo[k]:
           out[i] = v

@@ -61,7 +61,7 @@ def mmr(
     if picked[i]:
       continue
     current = value(i)
-    if -neg != current:
+    if current < -neg:  # values only fall; ``!=`` re-pushed a NaN forever
       heapq.heappush(heap, (-current, i))
       continue
     picked[i] = True
@@ -154,7 +154,7 @@ def mmr_lazy(
       red[i], src[i] = r_i, s_i
       seen[i] = done
     current = value(i)
-    if -neg != current:
+    if current < -neg:  # as in ``mmr``: a NaN relevance must not loop forever
       heapq.heappush(heap, (-current, i))
       continue
     picked[i] = True

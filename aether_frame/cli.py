@@ -7,14 +7,30 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+EXIT_STATUS = """exit status:
+  0    fine
+  1    a difference (replay), or flush left entries in the spool
+  2    an error: bad arguments, an unreadable or refused (tampered) manifest, a failed demo run;
+       one line on stderr
+  130  interrupted (Ctrl-C)"""
+
+
+class CommandError(SystemExit):
+  """A bad argument or a failed run: ``main`` prints it as one line, and the process exits 2."""
+
+  def __init__(self, message: str):
+    super().__init__(message)
+    self.code = 2
+
 
 def build_parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(prog="aether-frame", description="Context Packs for Google ADK.")
+  parser = argparse.ArgumentParser(prog="aether-frame", description="Context Packs for Google ADK.",
+                                   epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest="command", required=True)
   demo = sub.add_parser("demo", help="run the offline demo app and print per-call budgets")
   demo.add_argument("--out", default="aether-frame-demo", help="FileArtifactService folder for manifests")
   demo.add_argument("--window", type=int, default=8192, help="context window in tokens (default 8192)")
-  demo.add_argument("--turns", type=int, default=30)
+  demo.add_argument("--turns", type=int, default=30, help="user turns in the scripted chat (default 30)")
   demo.add_argument("--model", default=None, help="e.g. gemini-2.5-flash (needs GOOGLE_API_KEY); default: offline model")
   demo.set_defaults(func=lambda a: _demo(a))
   try:
@@ -28,16 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _demo(args) -> int:
   from .demo import main
-  if args.window <= 0:
-    raise SystemExit(f"--window must be positive, got {args.window}")
   return main(out=args.out, window=args.window, turns=args.turns, model=args.model)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   args = build_parser().parse_args(argv)
-  return int(args.func(args) or 0)
+  try:
+    return int(args.func(args) or 0)
+  except CommandError as e:
+    print(f"aether-frame: {e}", file=sys.stderr)
+    raise
+  except KeyboardInterrupt as e:
+    print(f"aether-frame: interrupted{f'; {e}' if str(e) else ''}", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from aether_frame.cli import main as package_main  # demo.py raises the package's CommandError, not __main__'s copy
+  sys.exit(package_main())

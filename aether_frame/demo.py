@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import shlex
+import shutil
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -24,7 +27,10 @@ from google.genai import types
 
 from .adk.manifest_store import MANIFEST_FILENAME
 from .adk.plugin import ContextPackPlugin
+from .adk.state_schema import LAST_FAULT_KEY
+from .cli import CommandError
 from .core import manifest as manifest_doc
+from .core.allocator import ContextBudgetExhausted
 from .core.policy import PackPolicy
 from .offline_model import OfflineLlm, tool_call
 
@@ -77,6 +83,22 @@ def scripted_turns(n: int, *, topics: Sequence[str] = TOPICS, search_every: int 
   return out
 
 
+class DemoError(RuntimeError):
+  """The run cannot go on: a pack that does not fit the window, a model that does not answer."""
+
+
+class _BudgetFaultsAreReported(logging.Filter):
+  """The demo stops at a pack that does not fit and says so in one line; the plugin's traceback is noise."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not (record.exc_info and isinstance(record.exc_info[1], ContextBudgetExhausted))
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return text[0] if text else type(e).__name__
+
+
 def _initial_state() -> dict[str, Any]:
   return {
       "plan": {
@@ -97,8 +119,15 @@ def _initial_state() -> dict[str, Any]:
   }
 
 
+def _session_dir(out_dir: Path, session_id: str) -> Path:
+  # FileArtifactService's layout (google-adk 2.13): apps/<app>/users/<user>/sessions/<session>/;
+  # tests/test_demo.py runs ``inspect`` on it, so a layout change fails loudly.
+  return out_dir / "apps" / APP_NAME / "users" / USER_ID / "sessions" / session_id
+
+
 async def run_demo(
-    out_dir: Path, *, window: int = 8192, turns: int = 30, model: Optional[str] = None
+    out_dir: Path, *, window: int = 8192, turns: int = 30, model: Optional[str] = None,
+    sessions: Optional[list[str]] = None,
 ) -> tuple[Path, list[tuple[int, dict[str, Any]]]]:
   """Runs the demo session; returns its manifest folder and its verified manifests, in call order.
 
@@ -106,7 +135,12 @@ async def run_demo(
 
   The folder is the one session's, so ``aether-frame inspect`` accepts it even
   when ``out_dir`` holds other sessions (the memory-seeding one, earlier runs).
+  ``sessions`` collects the ids of the sessions this run creates, as it creates
+  them, so a caller can remove what a failed run wrote. The run stops with
+  ``DemoError`` at the first plugin fault (a request sent without a pack) or,
+  with ``model``, at the first failed model call.
   """
+  sessions = [] if sessions is None else sessions
   out_dir.mkdir(parents=True, exist_ok=True)
   llm: Any = model if model else OfflineLlm(model="offline-demo", default=scripted_reply)
   agent = LlmAgent(
@@ -123,17 +157,45 @@ async def run_demo(
       artifact_service=FileArtifactService(root_dir=str(out_dir)),
       memory_service=memory,
   )
-  # A previous session seeds long-term memory.
-  earlier = await runner.session_service.create_session(app_name=APP_NAME, user_id=USER_ID)
-  for fact in ("The user prefers concise bullet points.", "Competitor B was acquired in 2025.", "Budget approval is needed above $10k."):
-    async for _ in runner.run_async(user_id=USER_ID, session_id=earlier.id, new_message=types.Content(role="user", parts=[types.Part(text=fact)])):
-      pass
-  await memory.add_session_to_memory(await runner.session_service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=earlier.id))
 
-  session = await runner.session_service.create_session(app_name=APP_NAME, user_id=USER_ID, state=_initial_state())
-  for text in scripted_turns(turns):
-    async for _ in runner.run_async(user_id=USER_ID, session_id=session.id, new_message=types.Content(role="user", parts=[types.Part(text=text)])):
-      pass
+  async def say(session_id: str, text: str) -> None:
+    try:
+      async for _ in runner.run_async(user_id=USER_ID, session_id=session_id, new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+        pass
+    except Exception as e:
+      if model is None:  # the offline model does not fail: a bug, keep its traceback
+        raise
+      raise DemoError(f"--model {model}: the model call failed: {type(e).__name__}: {_first_line(e)}") from e
+    if plugin.faults:
+      state = (await runner.session_service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=session_id)).state
+      fault = state.get(LAST_FAULT_KEY) or {}
+      what = f"{fault.get('error')}: {fault.get('message')}" if fault else f"{plugin.faults} fault(s); see the log"
+      if fault.get("error") == ContextBudgetExhausted.__name__:
+        raise DemoError(f"--window {window} is too small for the demo's packs ({what})")
+      raise DemoError(f"the context plugin sent a request without a pack ({what})")
+
+  plugin_log = logging.getLogger(ContextPackPlugin.__module__)
+  quiet = _BudgetFaultsAreReported()
+  plugin_log.addFilter(quiet)
+  adk_log = logging.getLogger("google_adk")
+  adk_level = adk_log.level
+  if model:  # a failed call is reported in one line; ADK would log its traceback first
+    adk_log.setLevel(logging.CRITICAL)
+  try:
+    # A previous session seeds long-term memory.
+    earlier = await runner.session_service.create_session(app_name=APP_NAME, user_id=USER_ID)
+    sessions.append(earlier.id)
+    for fact in ("The user prefers concise bullet points.", "Competitor B was acquired in 2025.", "Budget approval is needed above $10k."):
+      await say(earlier.id, fact)
+    await memory.add_session_to_memory(await runner.session_service.get_session(app_name=APP_NAME, user_id=USER_ID, session_id=earlier.id))
+
+    session = await runner.session_service.create_session(app_name=APP_NAME, user_id=USER_ID, state=_initial_state())
+    sessions.append(session.id)
+    for text in scripted_turns(turns):
+      await say(session.id, text)
+  finally:
+    plugin_log.removeFilter(quiet)
+    adk_log.setLevel(adk_level)
   manifests = []
   versions = await runner.artifact_service.list_versions(app_name=APP_NAME, user_id=USER_ID, session_id=session.id, filename=MANIFEST_FILENAME)
   for v in sorted(versions):
@@ -141,11 +203,7 @@ async def run_demo(
         app_name=APP_NAME, user_id=USER_ID, session_id=session.id, filename=MANIFEST_FILENAME, version=v
     )
     manifests.append((v, manifest_doc.verify(json.loads(part.inline_data.data), where=f"{MANIFEST_FILENAME} v{v}")))
-  if plugin.faults:
-    raise RuntimeError(f"the context plugin recorded {plugin.faults} fault(s); see the log")
-  # FileArtifactService's layout (google-adk 2.13): apps/<app>/users/<user>/sessions/<session>/;
-  # tests/test_demo.py runs ``inspect`` on it, so a layout change fails loudly.
-  return out_dir / "apps" / APP_NAME / "users" / USER_ID / "sessions" / session.id, manifests
+  return _session_dir(out_dir, session.id), manifests
 
 
 def dropped_per_layer(doc: dict[str, Any]) -> dict[str, int]:
@@ -183,11 +241,50 @@ def format_table(doc: dict[str, Any]) -> str:
   return "\n".join(rows)
 
 
+def _check_model(model: str) -> None:
+  """Refuses, before anything is written, a model ADK cannot resolve or Gemini without credentials."""
+  vertex = os.environ.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("true", "1")
+  if model.startswith("gemini") and not (os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY") or vertex):
+    raise CommandError("--model gemini-… needs GOOGLE_API_KEY set; omit --model to run offline")
+  from google.adk.models.registry import LLMRegistry
+  try:
+    LLMRegistry.resolve(model)
+  except ValueError as e:
+    raise CommandError(f"--model {model}: {_first_line(e)} Omit --model to run offline.") from None
+
+
+def _discard(out_dir: Path, created: bool, sessions: list[str]) -> None:
+  """Removes what a failed run wrote: the folder if the run made it, else the run's own sessions."""
+  if created:
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return
+  for session_id in sessions:
+    shutil.rmtree(_session_dir(out_dir, session_id), ignore_errors=True)
+
+
 def main(out: str = "aether-frame-demo", window: int = 8192, turns: int = 30, model: Optional[str] = None) -> int:
-  if model and model.startswith("gemini") and not os.environ.get("GOOGLE_API_KEY"):
-    raise SystemExit("--model gemini-… needs GOOGLE_API_KEY set; omit --model to run offline")
-  out_dir = Path(out).resolve()
-  session_dir, manifests = asyncio.run(run_demo(out_dir, window=window, turns=turns, model=model))
+  """``aether-frame demo``. Bad arguments and failed runs raise ``CommandError`` (exit 2); a failed
+  or interrupted run leaves ``out`` as it found it."""
+  if window <= 0:
+    raise CommandError(f"--window must be positive, got {window}")
+  if turns < 1:
+    raise CommandError(f"--turns must be at least 1, got {turns}")
+  if model:
+    _check_model(model)
+  out_dir = Path(out).expanduser().resolve()
+  if out_dir.exists() and not out_dir.is_dir():
+    raise CommandError(f"--out {out_dir}: not a folder")
+  created = not out_dir.exists()
+  sessions: list[str] = []
+  try:
+    session_dir, manifests = asyncio.run(run_demo(out_dir, window=window, turns=turns, model=model, sessions=sessions))
+  except BaseException as e:
+    _discard(out_dir, created, sessions)
+    if isinstance(e, DemoError):
+      raise CommandError(str(e)) from None
+    if isinstance(e, OSError) and e.filename and e.strerror:
+      raise CommandError(f"{e.filename}: {e.strerror}") from None
+    raise
   # Calls count from 1; manifest versions (what inspect/diff/replay take as LOCATION@N) from 0.
   for n, (version, doc) in enumerate(manifests, 1):
     status = "valid" if doc["valid"] else "INVALID: " + "; ".join(doc["problems"])
@@ -195,5 +292,5 @@ def main(out: str = "aether-frame-demo", window: int = 8192, turns: int = 30, mo
           f"tokens {doc['totals']['tokens']}/{doc['usable']} usable ({pct_of_usable(doc)}%)  {status}")
     print(format_table(doc))
   print(f"\n{len(manifests)} manifests written under {out_dir}")
-  print(f"inspect the last one with: aether-frame inspect {session_dir}")
+  print(f"inspect the last one with: aether-frame inspect {shlex.quote(str(session_dir))}")
   return 0

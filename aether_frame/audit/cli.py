@@ -138,7 +138,17 @@ async def _load_ref(ref: str, blobs: Optional[str], version: Optional[int] = Non
     version = versions[version]
   elif version not in versions:
     raise LocationError(f"{loc}: no version {version} (have {versions[0]}..{versions[-1]})")
-  return source, await source.load(sref, version)
+  call = await source.load(sref, version)
+  _check_schema(call.doc, call.where)
+  return source, call
+
+
+def _check_schema(doc: Any, where: str) -> None:
+  """Refuses a manifest of another schema (another aether-frame wrote it) instead of misreading it."""
+  from ..core.compiler import MANIFEST_SCHEMA
+  if isinstance(doc, dict) and "checksum" in doc and doc.get("schema") != MANIFEST_SCHEMA:
+    from .source import LocationError
+    raise LocationError(f"{where}: manifest schema {doc.get('schema')!r}, this aether-frame reads {MANIFEST_SCHEMA}")
 
 
 # ------------------------------------------------------------------ replay
@@ -147,9 +157,16 @@ def _replay(args) -> int:
 
 
 async def _replay_async(args) -> int:
+  from ..core.policy import PackPolicy
   from .replay import parse_override, replay
   from .source import open_location
-  override = parse_override(args.policy_override)
+  try:
+    override = parse_override(args.policy_override)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"--policy-override: not JSON ({e})") from None
+  unknown = sorted(set(override or ()) - set(PackPolicy.model_fields))
+  if unknown:  # refused once here, not once per call
+    raise ValueError(f"--policy-override: not PackPolicy fields: {', '.join(unknown)}")
   source = open_location(args.location, blobs=args.blobs)
 
   def show(rep) -> None:
@@ -259,7 +276,11 @@ def _service_for(store: str):
 async def _flush_async(args) -> int:
   from ..adk.manifest_store import ManifestWriter, store_uri
   from .spool import Spool, default_spool_dir
+  if args.timeout <= 0:
+    raise ValueError(f"--timeout must be positive, got {args.timeout}")
   spool = Spool(args.spool or default_spool_dir())
+  if spool.root.exists() and not spool.root.is_dir():
+    raise ValueError(f"--spool {spool.root}: not a folder")
   if args.to and args.to.startswith("gs://"):
     _bucket_of(args.to)  # refused before anything is read
   paths = spool.pending()

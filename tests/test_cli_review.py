@@ -157,6 +157,10 @@ def test_inspect_and_diff_refuse_a_manifest_of_another_schema(demo_session, tmp_
   future.write_text(json.dumps(finalize(body_of(other), other["runtime"])), encoding="utf-8")  # checksum holds
   assert "aether-frame/manifest@2" in _exit_2(capsys, ["inspect", str(future)])
   assert "aether-frame/manifest@2" in _exit_2(capsys, ["diff", f"{session_dir}@{version}", str(future)])
+  # Replay used to call it DIFFERENT (exit 1, "same inputs, different decisions").
+  capsys.readouterr()
+  assert cli.main(["replay", str(future)]) == 2
+  assert "manifest schema 'aether-frame/manifest@2'" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------- replay / flush

@@ -93,6 +93,9 @@ class Rebuilt:
 async def resolve_inputs(source, call: StoredCall) -> tuple[CompileInput, dict[str, str], dict[str, Any]]:
   """Verifies the manifest and loads its content-addressed inputs."""
   doc = manifest_doc.verify(call.doc, where=call.where)
+  from ..core.compiler import MANIFEST_SCHEMA
+  if doc.get("schema") != MANIFEST_SCHEMA:  # another aether-frame's decisions: not a "difference"
+    raise ValueError(f"{call.where}: manifest schema {doc.get('schema')!r}, this aether-frame replays {MANIFEST_SCHEMA}")
   section = doc.get(replay_inputs.INPUTS_KEY)
   if section is None:
     raise ValueError(f"{call.where}: manifest has no replayable inputs (written without compile_input)")

@@ -26,6 +26,7 @@ import redis
 from redis.asyncio.cluster import RedisCluster
 
 from aether_frame.retrieval.text import tokenize
+from aether_frame.stores._redis_util import enc
 from aether_frame.stores import CorruptDataError
 from aether_frame.stores import RedisMemoryService
 from aether_frame.stores import WorkingMemory
@@ -90,7 +91,7 @@ def check_index(url: str, prefix: str = "aether", app=APP, user=USER):
     text = " ".join(p.text for p in entry.content.parts
                     if p.text and not p.thought)
     expected = Counter(tokenize(text))
-    assert {t.encode(): c for t, c in expected.items()} == {
+    assert {enc(t).encode(): c for t, c in expected.items()} == {
         t: postings[t][doc] for t in doc_terms.split()}
     assert lens[doc] == sum(expected.values())
   r.close()
@@ -329,3 +330,15 @@ async def test_memory_and_notes_run_on_redis_cluster(cluster_redis_server):
           for m in got.memories] == want
   assert await notes.list_notes(APP, USER, "s") == []
   await client.aclose()
+
+
+async def test_non_latin_text_is_found(redis_url, mem):
+  """The tokenizer kept only [a-z0-9]: Cyrillic, accented and CJK text was stored but never matched."""
+  texts = ["Встреча с поставщиком перенесена на пятницу", "Le café ouvre à huit heures",
+           "東京タワーの見学は来週の火曜日です", "我们在北京的办公室下个月搬迁", "Lunch order: two pizzas"]
+  events = [event(f"n{i}", t, 2000.0 + i) for i, t in enumerate(texts)]
+  await mem.add_events_to_memory(app_name=APP, user_id=USER, events=events, session_id="s1")
+  for query, want in (("поставщиком", "n0"), ("café", "n1"), ("東京タワー", "n2"), ("北京办公室", "n3")):
+    got = await mem.search_memory(app_name=APP, user_id=USER, query=query)
+    assert [m.id for m in got.memories][:1] == [want], query
+  assert check_index(redis_url) == len(texts)

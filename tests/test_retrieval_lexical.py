@@ -86,3 +86,27 @@ def test_prf_expansion_terms_are_deterministic():
   b = index.expansion_terms(dict(reversed(list(hits.items()))), analyze("database"), docs=2, terms=3)
   assert a == b and a and a[0][1] == 1.0
   assert "databas" not in [t for t, _ in a]
+
+
+def test_non_latin_scripts_are_terms():
+  """Only [a-z0-9] used to count: Cyrillic and CJK text had no terms, "café" became "caf"."""
+  assert tokenize("Встреча с поставщиком") == ["встреча", "с", "поставщиком"]
+  assert tokenize("café naïve") == ["café", "naïve"]
+  assert tokenize("我在北京工作") == ["我在", "在北", "北京", "京工", "工作"]  # CJK as overlapping bigrams
+  assert tokenize("東") == ["東"]
+  assert tokenize("ＡＢＣ ﬁle") == ["abc", "file"]  # NFKC: full-width and ligature forms are the same word
+  # ASCII text is untouched.
+  assert tokenize("Don't stop the 90s deploys") == ["don", "stop", "90s", "deploy"]
+
+
+def test_the_ranker_finds_non_latin_text():
+  from aether_frame.core.items import Item, Layer
+  from aether_frame.retrieval import default_ranker
+
+  docs = {"ru": "Встреча с поставщиком перенесена на пятницу", "zh": "我们在北京的办公室下个月搬迁",
+          "ja": "東京タワーの見学は来週の火曜日です", "en": "Lunch order: two pizzas"}
+  items = [Item(id=k, layer=Layer.MEMORY, kind="memory", text=v) for k, v in docs.items()]
+  for query, want in (("Когда встреча с поставщиком?", "ru"), ("北京办公室什么时候搬迁", "zh"), ("東京タワー", "ja")):
+    ranked = default_ranker().rank(query, items, layer=Layer.MEMORY, now=None)
+    best = max(ranked, key=lambda it: it.score)
+    assert best.id == want and best.meta["explain"]["bm25"] > 0, query

@@ -7,8 +7,15 @@ the index lives.
 from __future__ import annotations
 
 import re
+import unicodedata
 
-_WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?")
+"""A run of letters and digits of any script (``[a-z0-9]`` in ASCII text), with an
+English contraction's tail ("don't", "it's"). Applied to lower-cased text."""
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+"""Han, kana and Hangul: scripts written without spaces between words, indexed as
+overlapping character bigrams (as search engines' CJK analysers do); a run of
+them as one word would match only the identical run."""
 PLAIN_WORDS = re.compile(r"[a-z0-9]+").findall
 """The ``[a-z0-9]+`` runs of a lower-cased text: the words the mode and time
 prefilters key on. One definition, so words a caller hands on are exactly the
@@ -34,10 +41,36 @@ def _stem(word: str) -> str:
   return word
 
 
+def _matches(text: str) -> list[str]:
+  """The word matches of ``text``, lower-cased: ``_WORD`` runs, CJK runs as bigrams.
+
+  ASCII text gives exactly the ``[a-z0-9]+('[a-z]+)?`` matches; other text is
+  NFKC-normalised first (full-width letters, ligatures), so the same word
+  typed two ways is one term.
+  """
+  if text.isascii():
+    return _WORD.findall(text.lower())
+  found = _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+  if not any(_CJK.search(w) for w in found):
+    return found
+  out: list[str] = []
+  for w in found:
+    at = 0
+    for m in _CJK.finditer(w):
+      if m.start() > at:
+        out.append(w[at : m.start()])
+      run = m.group()
+      out.extend([run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)])
+      at = m.end()
+    if at < len(w):
+      out.append(w[at:])
+  return out
+
+
 def tokenize(text: str) -> list[str]:
-  """Lower-cased, stop-word-free, lightly stemmed terms, in order."""
+  """Lower-cased, stop-word-free, lightly stemmed terms, in order (any script)."""
   out = []
-  for match in _WORD.findall(text.lower()):
+  for match in _matches(text):
     word = match.split("'", 1)[0]
     if word and word not in STOPWORDS:
       out.append(_stem(word))
@@ -45,7 +78,7 @@ def tokenize(text: str) -> list[str]:
 
 
 def words(text: str) -> list:
-  """``_WORD.findall(text.lower())``; in ASCII text without apostrophes, the same words as bytes.
+  """``_matches(text)``; in ASCII text without apostrophes, the same words as bytes.
 
   There every match is a maximal ``[a-z0-9]`` run of the lower-cased text, and
   folding the rest to spaces then splitting finds them in C, without the regex
@@ -53,7 +86,7 @@ def words(text: str) -> list:
   """
   if text.isascii() and "'" not in text:
     return text.encode().translate(FOLD).split()
-  return _WORD.findall(text.lower())
+  return _matches(text)
 
 
 def content_hash(text: str) -> str:

@@ -185,7 +185,7 @@ def largest_keep(full_requests: list[Any], budget: int, counter) -> int:
   """Largest num_invocations_to_keep that keeps every request of this chat within ``budget``."""
   from google.adk.plugins.context_filter_plugin import _get_invocation_start_indices
 
-  best = 1
+  best = 0
   for keep in range(1, len(full_requests) + 1):
     ok = True
     for req in full_requests:
@@ -247,6 +247,9 @@ async def amain(args) -> int:
   full = await run_chat(users, replies, [])
   full_r = [renderer.request(r) for r in full]
   keep = largest_keep(full, budget, counter)
+  keep_note = f"num_invocations_to_keep={keep}"
+  if keep == 0:  # not even the last invocation alone fits: the filter's tightest setting
+    keep, keep_note = 1, "num_invocations_to_keep=1 (no value keeps every request within the budget)"
   filtered = await run_chat(users, replies, [ContextFilterPlugin(num_invocations_to_keep=keep)])
   ours_plugin = ContextPackPlugin(window=args.window)
   ours = await run_chat(users, replies, [ours_plugin])
@@ -254,7 +257,7 @@ async def amain(args) -> int:
   over = [request_tokens(sources.system_text(r.config), list(r.contents), counter) > budget for r in full]
   rows = [score("none (full history)", full_r, over, f"reference only: max {max(r.total for r in full_r)} tokens")]
   rows.append(score("ADK ContextFilterPlugin", [renderer.request(r) for r in filtered], over,
-                    f"num_invocations_to_keep={keep}"))
+                    keep_note))
   lc = langchain_trim(full, budget, counter, renderer)
   if lc is None:
     print("langchain-core not importable: LangChain trim_messages skipped")
@@ -282,18 +285,35 @@ async def amain(args) -> int:
         "over-budget calls only)")
   ours_row = rows[-1]
   print()
+  def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 and not math.isnan(a) else "n/a"
+
   for r in rows[1:-1]:
-    print(f"ours / {r.method}: {ours_row.mean_share / r.mean_share:.2f}x mean share, "
-          f"{ours_row.over_share / r.over_share:.2f}x over budget")
+    print(f"ours / {r.method}: {ratio(ours_row.mean_share, r.mean_share)} mean share, "
+          f"{ratio(ours_row.over_share, r.over_share)} over budget")
+  if ours_plugin.faults:
+    print(f"WARNING: ours faulted on {ours_plugin.faults} calls (those requests went out unmodified): "
+          "its row does not measure the plugin")
   print(f"ours: the pack payload (last message, rebuilt every call) is on average {payload_share:.0%} of the request,"
         f" so a call's share is at most ~{1 - payload_share:.0%} even without a trim")
-  return 0
+  return 1 if ours_plugin.faults else 0
+
+
+def _at_least(lo: int):
+  def parse(text: str) -> int:
+    n = int(text)
+    if n < lo:
+      raise argparse.ArgumentTypeError(f"must be >= {lo}, got {n}")
+    return n
+
+  parse.__name__ = "int"
+  return parse
 
 
 def main(argv: Optional[list[str]] = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--turns", type=int, default=60)
-  ap.add_argument("--window", type=int, default=8192)
+  ap.add_argument("--turns", type=_at_least(2), default=60)
+  ap.add_argument("--window", type=_at_least(1), default=8192)
   ap.add_argument("--seed", type=int, default=11)
   return asyncio.run(amain(ap.parse_args(argv)))
 

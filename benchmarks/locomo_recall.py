@@ -207,8 +207,13 @@ class PlainBM25Ranker:
 class Result:
   method: str
   recall: dict[int, float]
-  questions: int
+  questions: int  # ranked (and timed)
   seconds: float
+  scored: Optional[int] = None  # with evidence ids: the recall's denominator (None: all of them)
+
+  @property
+  def unscored(self) -> int:
+    return self.questions - (self.questions if self.scored is None else self.scored)
 
   @property
   def per_question(self) -> float:
@@ -221,13 +226,15 @@ def evaluate(
     conversations: Sequence[Conversation],
     budgets: Sequence[int] = BUDGETS,
 ) -> Result:
-  """Mean evidence recall per budget over every question of ``conversations``.
+  """Mean evidence recall per budget over every question of ``conversations`` that
+  has evidence ids (a question without any has no recall to score: it is ranked
+  and timed, but not counted in the mean).
 
   One ranker per conversation (as one per session in the plugin); ranking once
   per question, then selecting at each budget.
   """
   sums = {b: 0.0 for b in budgets}
-  n = 0
+  n = scored = 0
   elapsed = 0.0
   for conv in conversations:
     ranker = make_ranker()
@@ -239,9 +246,10 @@ def evaluate(
       n += 1
       if not q.evidence:
         continue
+      scored += 1
       for b in budgets:
         sums[b] += sum(e in kept[b] for e in q.evidence) / len(q.evidence)
-  return Result(method, {b: sums[b] / n if n else 0.0 for b in budgets}, n, elapsed)
+  return Result(method, {b: sums[b] / scored if scored else 0.0 for b in budgets}, n, elapsed, scored)
 
 
 def methods(with_embedder: bool) -> tuple[list[tuple[str, Callable[[], Ranker]]], Optional[str]]:
@@ -271,10 +279,15 @@ def format_table(title: str, results: Sequence[Result], budgets: Sequence[int]) 
   head = "| method | " + " | ".join(f"R@{b}" for b in budgets) + " | questions | s/question |"
   sep = "|---|" + "---:|" * len(budgets) + "---:|---:|"
   rows = [
-      f"| {r.method} | " + " | ".join(f"{r.recall[b]:.3f}" for b in budgets) + f" | {r.questions} | {r.per_question:.4f} |"
+      f"| {r.method} | " + " | ".join(f"{r.recall[b]:.3f}" for b in budgets)
+      + f" | {r.questions - r.unscored} | {r.per_question:.4f} |"
       for r in results
   ]
-  return "\n".join([f"**{title}**", "", head, sep, *rows])
+  out = [f"**{title}**", "", head, sep, *rows]
+  skipped = max((r.unscored for r in results), default=0)
+  if skipped:
+    out += ["", f"({skipped} question(s) without evidence ids are not scored; s/question includes them)"]
+  return "\n".join(out)
 
 
 def load_all(names: Sequence[str], data_dir: Path, *, captions: bool = True) -> list[Conversation]:
@@ -320,7 +333,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--json", type=Path, help="also write the results here")
   args = parser.parse_args(argv)
   names = [c.strip() for c in args.conversations.split(",") if c.strip()]
-  budgets = [int(b) for b in args.budgets.split(",")]
+  try:
+    budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+  except ValueError:
+    parser.error(f"--budgets: expected comma-separated token counts, got {args.budgets!r}")
+  if not budgets or min(budgets) < 1:
+    parser.error(f"--budgets: expected positive token counts, got {args.budgets!r}")
+  if not names:
+    parser.error("--conversations: no conversation ids")
+  if args.json is not None and not args.json.parent.is_dir():
+    parser.error(f"--json: no directory {args.json.parent}")
+  missing = [n for n in names if not (args.data / f"{n}.json").is_file()]
+  if missing:
+    parser.error(f"no LoCoMo file for conversation(s) {', '.join(missing)} in {args.data} (set --data or LOCOMO_DIR)")
   t0 = time.perf_counter()
   results, note = run(names, data_dir=args.data, budgets=budgets, with_embedder=not args.no_embedder)
   titles = {"dev": f"dev ({', '.join(c for c in names if c in DEV)})", "test": f"test ({', '.join(c for c in names if c in TEST)})", "other": "other"}
@@ -343,7 +368,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.json:
     args.json.write_text(
         json.dumps(
-            {s: [{"method": r.method, "recall": r.recall, "questions": r.questions, "seconds": r.seconds} for r in rows] for s, rows in results.items()},
+            {s: [{"method": r.method, "recall": r.recall, "questions": r.questions, "scored": r.scored, "seconds": r.seconds}
+                 for r in rows] for s, rows in results.items()},
             indent=2,
         )
     )

@@ -72,12 +72,16 @@ class Capture(ManifestWriter):
 async def run(turns: int, window: int) -> Capture:
   writer = Capture()
   agent = LlmAgent(name="researcher", model=OfflineLlm(default=scripted_reply), instruction="You are a careful research assistant.", tools=[search_notes])
-  runner = Runner(app=App(name="bench", root_agent=agent, plugins=[ContextPackPlugin(window=window, manifest_writer=writer)]),
+  plugin = ContextPackPlugin(window=window, manifest_writer=writer)
+  runner = Runner(app=App(name="bench", root_agent=agent, plugins=[plugin]),
                   session_service=InMemorySessionService(), artifact_service=InMemoryArtifactService())
   s = await runner.session_service.create_session(app_name="bench", user_id="u", state=STATE)
   for text in scripted_turns(turns, topics=TOPICS, search_every=4, spread=19):
     async for _ in runner.run_async(user_id="u", session_id=s.id, new_message=types.Content(role="user", parts=[types.Part(text=text)])):
       pass
+  if plugin.faults or not writer.calls:  # failed open: those calls wrote no manifest
+    raise SystemExit(f"manifest_storage: the plugin faulted on {plugin.faults} call(s) at window {window} "
+                     "(requests sent unmodified, no manifest); see the log above")
   return writer
 
 
@@ -128,10 +132,17 @@ def layout_bytes(calls, *, chunk: Optional[int], inline: bool = False, gz: bool 
   }
 
 
+def _positive(text: str) -> int:
+  n = int(text)
+  if n < 1:
+    raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+  return n
+
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--turns", type=int, default=30)
-  ap.add_argument("--window", type=int, default=8192)
+  ap.add_argument("--turns", type=_positive, default=30)
+  ap.add_argument("--window", type=_positive, default=8192)
   ap.add_argument("--json", action="store_true")
   args = ap.parse_args()
   writer = asyncio.run(run(args.turns, args.window))
@@ -151,7 +162,9 @@ def main() -> None:
   real = writer.written
   real_total = sum(w["manifest_bytes"] + w["blob_bytes"] for w in real)
   default = results[f"content-addressed, chunks of {DEFAULT} (default)"]["total"]
-  assert real_total == default, (real_total, default)
+  if real_total != default:
+    raise SystemExit(f"manifest_storage: the default layout's model ({default:,} bytes) does not match what "
+                     f"ManifestWriter wrote ({real_total:,} bytes): the accounting is out of date")
   hist = [ci.history.__len__() for _, _, ci in calls]
   if args.json:
     print(json.dumps({"turns": args.turns, "calls": len(calls), "window": args.window, "history_groups_last": hist[-1], "layouts": results}, indent=1))

@@ -3,6 +3,11 @@
 Compares one ``encode_ordinary`` call per item, one ``encode_ordinary_batch``
 call (num_threads=1 and 8), and ``TiktokenCounter.count_many`` cold (empty
 cache) and warm (all hits). Justifies the choices in aether_frame/tokenizers.py.
+Every method gets one untimed warm-up call, then ``--repeats`` rounds run each
+method once, in a rotated order. Reported: the best time per item, and the
+median over rounds of each method's time over the ``encode_ordinary`` loop's
+time in the same round (with the range), so the ratios hold up on a shared,
+noisy machine.
 
   TIKTOKEN_CACHE_DIR=/work/shared/tiktoken-cache python benchmarks/token_batch.py
 """
@@ -13,9 +18,11 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import time
+from typing import Optional
 
-from aether_frame.tokenizers import TiktokenCounter
+from aether_frame.tokenizers import ALLOWED_ENCODINGS, TiktokenCounter
 
 
 def make_items(n: int, seed: int = 7) -> list[str]:
@@ -38,59 +45,87 @@ def make_items(n: int, seed: int = 7) -> list[str]:
   return items
 
 
-def best_of(fn, repeats: int) -> float:
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return min(times)
+def interleaved(methods: dict[str, tuple], repeats: int) -> dict[str, list[float]]:
+  """Seconds per method and round over ``repeats`` rounds; every round runs each
+  method once, in a rotated order, so load from other processes hits all alike.
+  A method is ``(setup, fn)``: ``setup`` (untimed, may be None) runs right before ``fn``."""
+  names = list(methods)
+  times: dict[str, list[float]] = {name: [] for name in names}
+  for r in range(repeats):
+    k = r % len(names)
+    for name in names[k:] + names[:k]:
+      setup, fn = methods[name]
+      if setup is not None:
+        setup()
+      t0 = time.perf_counter()
+      fn()
+      times[name].append(time.perf_counter() - t0)
+  return times
 
 
-def main() -> None:
+def _positive(text: str) -> int:
+  n = int(text)
+  if n < 1:
+    raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+  return n
+
+
+def main(argv: Optional[list[str]] = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--items", type=int, default=2000)
-  ap.add_argument("--repeats", type=int, default=5)
-  ap.add_argument("--encoding", default="o200k_base")
-  args = ap.parse_args()
+  ap.add_argument("--items", type=_positive, default=2000)
+  ap.add_argument("--repeats", type=_positive, default=9, help="rounds (default 9)")
+  ap.add_argument("--encoding", default="o200k_base", choices=sorted(ALLOWED_ENCODINGS))
+  args = ap.parse_args(argv)
 
   items = make_items(args.items)
   n = len(items)
-  counter = TiktokenCounter(args.encoding)
+  try:
+    counter = TiktokenCounter(args.encoding)
+  except Exception as e:  # BPE file neither cached nor downloadable
+    raise SystemExit(f"token_batch: cannot load {args.encoding}: {e}")
   enc = counter._encoding  # same Encoding object the counter uses
   expected = [len(enc.encode_ordinary(t)) for t in items]
+  counter.clear_cache()
+  assert counter.count_many(items) == expected
 
-  def cold() -> None:
+  def fill() -> None:
     counter.clear_cache()
     counter.count_many(items)
 
-  results = {
-      "encode_ordinary loop": best_of(lambda: [len(enc.encode_ordinary(t)) for t in items], args.repeats),
-      "encode_ordinary_batch(num_threads=1)": best_of(
-          lambda: [len(x) for x in enc.encode_ordinary_batch(items, num_threads=1)], args.repeats),
-      "encode_ordinary_batch(num_threads=8)": best_of(
-          lambda: [len(x) for x in enc.encode_ordinary_batch(items, num_threads=8)], args.repeats),
-      "TiktokenCounter.count_many cold": best_of(cold, args.repeats),
-  }
-  counter.clear_cache()
-  assert counter.count_many(items) == expected
-  results["TiktokenCounter.count_many warm"] = best_of(lambda: counter.count_many(items), args.repeats)
-  results["TiktokenCounter.count warm (per call)"] = best_of(lambda: [counter.count(t) for t in items], args.repeats)
-
   # small batches, as count_parts issues them (a few texts per Content)
   small = [items[i:i + 4] for i in range(0, n, 4)]
-  results["encode_ordinary_batch, batches of 4"] = best_of(
-      lambda: [enc.encode_ordinary_batch(b, num_threads=1) for b in small], args.repeats)
-  results["encode_ordinary loop, batches of 4"] = best_of(
-      lambda: [[enc.encode_ordinary(t) for t in b] for b in small], args.repeats)
+  methods = {
+      "encode_ordinary loop": (None, lambda: [len(enc.encode_ordinary(t)) for t in items]),
+      "encode_ordinary_batch(num_threads=1)": (
+          None, lambda: [len(x) for x in enc.encode_ordinary_batch(items, num_threads=1)]),
+      "encode_ordinary_batch(num_threads=8)": (
+          None, lambda: [len(x) for x in enc.encode_ordinary_batch(items, num_threads=8)]),
+      # cold: the cache is emptied before (untimed), so every item is a miss
+      "TiktokenCounter.count_many cold": (counter.clear_cache, lambda: counter.count_many(items)),
+      # warm: the cache is filled before (untimed), so every item is a hit
+      "TiktokenCounter.count_many warm": (fill, lambda: counter.count_many(items)),
+      "TiktokenCounter.count warm (per call)": (fill, lambda: [counter.count(t) for t in items]),
+      "encode_ordinary_batch, batches of 4": (
+          None, lambda: [enc.encode_ordinary_batch(b, num_threads=1) for b in small]),
+      "encode_ordinary loop, batches of 4": (None, lambda: [[enc.encode_ordinary(t) for t in b] for b in small]),
+  }
+  for _, fn in methods.values():  # one untimed warm-up call each
+    fn()
+  times = interleaved(methods, args.repeats)
 
-  base = results["encode_ordinary loop"]
+  base = times["encode_ordinary loop"]
   print(f"{n} items, mean {statistics.mean(len(t) for t in items):.0f} chars / "
-        f"{statistics.mean(expected):.1f} tokens, encoding {args.encoding}, best of {args.repeats}")
-  print(f"{'method':42s} {'us/item':>9s} {'vs loop':>9s}")
-  for name, secs in results.items():
-    print(f"{name:42s} {secs / n * 1e6:9.2f} {secs / base:8.2f}x")
+        f"{statistics.mean(expected):.1f} tokens, encoding {args.encoding}, {args.repeats} rounds "
+        "(every method once per round, rotated order)")
+  print(f"{'method':42s} {'us/item':>9s} {'vs loop':>9s} {'(rounds)':>15s}")
+  for name, secs in times.items():
+    ratios = [t / b for t, b in zip(secs, base)]
+    print(f"{name:42s} {min(secs) / n * 1e6:9.2f} {statistics.median(ratios):8.2f}x "
+          f"{min(ratios):6.2f}-{max(ratios):.2f}x")
+  print("us/item: best round; vs loop: median over rounds of (method / encode_ordinary loop of the same\n"
+        "round), with its range")
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

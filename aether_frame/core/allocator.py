@@ -71,7 +71,9 @@ def water_fill(pool: int, demands: Mapping[str, int], weights: Mapping[str, floa
   weighted = [k for k in demands if demands[k] > 0 and weights.get(k, 0.0) > 0]
   remaining = _fill(alloc, weighted, remaining, demands, weights, quantum)
   zero = [k for k in demands if demands[k] > alloc[k] and weights.get(k, 0.0) <= 0]
-  if zero and remaining >= quantum:
+  # Not ``remaining >= quantum``: a demand below one quantum is capped (met
+  # exactly) like a weighted one, so it must not be left out when it fits.
+  if zero and remaining > 0:
     _fill(alloc, zero, remaining, demands, {k: 1.0 for k in zero}, quantum)
   return alloc
 
@@ -81,7 +83,12 @@ def _fill(alloc, open_layers, remaining, demands, weights, quantum) -> int:
   open_layers = list(open_layers)
   while open_layers:
     total_w = sum(weights[k] for k in open_layers)
-    capped = [k for k in open_layers if demands[k] <= remaining * weights[k] / total_w]
+    if sum(demands[k] for k in open_layers) <= remaining:
+      # All of it fits: cap every layer. The float shares below can put an exact
+      # fit a hair under its demand (63 * 0.35 / 0.35 < 63) and cut it to whole quanta.
+      capped = list(open_layers)
+    else:
+      capped = [k for k in open_layers if demands[k] <= remaining * weights[k] / total_w]
     if not capped:
       break
     for k in capped:

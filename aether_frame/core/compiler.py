@@ -124,6 +124,10 @@ def _item_digest(item: Item) -> str:
   return _DIGEST_MEMO.get(key[:-1], lambda: _digest(item))  # the digest leaves out the token count
 
 
+def _has_separator(text: str) -> bool:
+  return "\x1e" in text or "\x1f" in text or "\x1d" in text
+
+
 def _digest(item: Item) -> str:
   """A canonical digest of everything in an item but its token count.
 
@@ -132,11 +136,11 @@ def _digest(item: Item) -> str:
   give equal digests in any process, including items reloaded from JSON.
   """
   p = item.provenance
-  head = "\x1f".join((
+  fields = (
       item.id, item.layer.value, item.kind, item.role or "", item.trust.value, repr(item.priority),
       repr(float(item.score)), "1" if item.pinned else "0", p.source or "",
       "" if p.timestamp is None else repr(float(p.timestamp)), p.author or "",
-  ))
+  )
   try:
     tail = canonical_parts_json(item.parts) if item.parts is not None else "-"
   except (TypeError, ValueError) as e:
@@ -145,7 +149,12 @@ def _digest(item: Item) -> str:
     meta = canonical_json(item.meta) if item.meta else "{}"
   except (TypeError, ValueError) as e:
     raise ValueError(f"item {item.id!r}: meta is not JSON data ({e})") from None
-  return sha256_hex(head + "\x1e" + item.text + "\x1e" + tail + "\x1e" + meta)
+  if any(map(_has_separator, fields)) or _has_separator(item.text):
+    # A field holding a separator would let two different items join to the same
+    # string (author "X\x1eY" + text "Z" vs author "X" + text "Y\x1eZ"): such items
+    # are hashed as JSON instead, under a prefix no plain encoding starts with.
+    return sha256_hex("\x1d" + canonical_json([*fields, item.text, tail, meta]))
+  return sha256_hex("\x1f".join(fields) + "\x1e" + item.text + "\x1e" + tail + "\x1e" + meta)
 
 
 def describe_ranking(ranker: Optional[Ranker], history_index: Optional[HistoryIndex]) -> dict[str, Any]:
@@ -333,6 +342,11 @@ class CompilerSession:
     user_requests = [i for i in items if i.layer is Layer.TASK and i.kind == "user_request"]
     if len(user_requests) != 1:
       raise ValueError(f"call needs exactly one task item of kind 'user_request', got {len(user_requests)}")
+    for it in items:  # the payload has no place for these: they were charged and reported included, never sent
+      if it.layer is Layer.CONVERSATION:
+        raise ValueError(f"call item {it.id!r} is in layer conversation; pass turns as history or inflight")
+      if it.layer is Layer.TASK and it.kind != "user_request" and it.kind not in render.TASK_KINDS:
+        raise ValueError(f"task item {it.id!r} has kind {it.kind!r}; expected 'user_request' or one of {list(render.TASK_KINDS)}")
     seen_ids: set[str] = set()
     for it in [*items, *call.inflight]:
       if it.id in seen_ids or it.id in self._pos:
@@ -418,7 +432,8 @@ class CompilerSession:
     # SELECT + COMPRESS + DROP, conversation first (its tail decides which
     # recall hits are already visible), then the ladder's order.
     tail_start, tail_events = self._tail(call.tail_hint, eff["conversation"] - sum(i.tokens for i in inflight))
-    ranked_memory = [m for m in ranked_memory if not self._in_tail(m.meta.get("group_id"), tail_start)]
+    # Recall hits only: a caller's memory item may carry its own "group_id" meta.
+    ranked_memory = [m for m in ranked_memory if m.kind != "recall" or not self._in_tail(m.meta.get("group_id"), tail_start)]
     memory_sel = self._ladder_layer(Layer.MEMORY, ranked_memory, eff["memory"], query, events, statuses)
     evidence_sel = self._ladder_layer(Layer.EVIDENCE, ranked_evidence, eff["evidence"], query, events, statuses)
     # Budget a layer left unused flows to the others (payload layers only:
@@ -668,8 +683,10 @@ class CompilerSession:
         task=[], tools=tools, evidence=[], memory=[], budget="", user_request="", fence=fence,
     ))
     extra = count_parts(user_request.parts, self.counter) if user_request.parts else 0
-    # +8: the BUDGET line's fixed phrase ("- context NN% used"); omissions are charged to their layer.
-    self._skeleton = MESSAGE_OVERHEAD + sum(self.counter.count_many([frame, user_request.text])) + 1 + 8 + extra
+    # The BUDGET line's fixed phrase ("- context NN% used"); omissions are charged to their layer.
+    # Counted, at least 8: a non-tiktoken counter (the estimate) charges it more than 8.
+    phrase = max(8, self.counter.count("- context 100% used"))
+    self._skeleton = MESSAGE_OVERHEAD + sum(self.counter.count_many([frame, user_request.text])) + 1 + phrase + extra
     return self._skeleton
 
   def _fence_tokens(self, fence: str) -> int:
@@ -715,7 +732,7 @@ class CompilerSession:
     return changed
 
   def _in_tail(self, group_id: Optional[str], tail_start: int) -> bool:
-    pos = self._pos.get(group_id, -1) if group_id is not None else -1
+    pos = self._pos.get(group_id, -1) if isinstance(group_id, str) else -1  # meta values may be unhashable
     return pos >= tail_start or (pos >= 0 and self.history[pos].pinned)
 
   def _tail_cost(self, start: int) -> int:

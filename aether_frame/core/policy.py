@@ -136,6 +136,10 @@ class PackPolicy(BaseModel):
       m += 0.15 * s.retrieval_hit_rate + 0.15 * s.similarity + 0.1 * s.freshness
       c += 0.05 * min(s.unresolved_questions, 6) + 0.02 * min(s.dialogue_depth, 15)
     total = e + m + c
+    if math.isinf(total):  # finite overrides near float max: their sum overflows and every weight became 0
+      top = max(e, m, c)
+      e, m, c = e / top, m / top, c / top
+      total = e + m + c
     return {"evidence": e / total, "memory": m / total, "conversation": c / total}
 
   def policy_hash(self) -> str:

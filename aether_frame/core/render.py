@@ -37,6 +37,9 @@ The final user message carries a CONTEXT PACK with fixed sections: ROLE/GOAL, ST
 - Use only the tools you are given.
 - Answer the USER REQUEST."""
 
+TASK_KINDS = ("role", "goal", "step", "acceptance", "constraint")
+"""Task item kinds with a payload section (the user request has its own)."""
+
 NONE_LINE = "- (none)"
 MAX_BUDGET_POINTERS = 5
 MINIMAL_BUDGET_LINE = "- minimal safe pack: evidence, memory and earlier turns omitted (validity guard)"
@@ -67,7 +70,11 @@ def item_line(item: Item) -> str:
   items are rendered on every call of a session.
   """
   p = item.provenance
-  key = (item.layer, item.kind, item.text, item.id, p.source, p.timestamp, p.author, item.meta.get("name") if item.meta else None)
+  name = item.meta.get("name") if item.meta else None
+  if name is not None and type(name) is not str:
+    # Not a safe key: a list is unhashable, and 1 == 1.0 == True render differently.
+    return _item_line(item)
+  key = (item.layer, item.kind, item.text, item.id, p.source, p.timestamp, p.author, name)
   return _LINE_MEMO.get(key, lambda: _item_line(item))
 
 
@@ -109,7 +116,9 @@ def budget_phrases(
     if not n:
       continue
     noun = "earlier turns" if layer == "conversation" else f"{layer} items"
-    ptrs = omitted.get(layer, [])[:max_pointers]
+    # One line each: the BUDGET line sits outside the DATA fences, and a pointer
+    # (an untrusted source URI) with a newline could open a section of its own.
+    ptrs = [_one_line(p) for p in omitted.get(layer, [])[:max_pointers]]
     more = n - len(ptrs)
     text = f"{n} {noun} omitted"
     if ptrs and layer != "conversation":

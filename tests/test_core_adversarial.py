@@ -186,3 +186,26 @@ def test_fields_holding_the_digest_separators_do_not_collide():
   assert len({_digest(a), _digest(b), _digest(c), _digest(d)}) == 4
   plain = Item(id="m", layer=Layer.MEMORY, text="Z", provenance=Provenance(author="X"))
   assert _digest(plain) == _digest(plain.model_copy())  # and plain items keep their digest
+
+
+def test_compressing_a_long_text_counts_each_sentence_about_once():
+  """Every sentence used to be counted inside a whole candidate summary: quadratic, and
+  about 50 s to compile one 8,000-sentence evidence item. Sentences that cannot fit by
+  their own count are no longer tried in place."""
+  from aether_frame.core.compress import extractive_summary, split_sentences
+
+  counter = get_counter()
+  text = " ".join(f"Sentence {i} reports revenue for region {i % 7} in quarter {i % 4}." for i in range(3000))
+  counted: list[int] = []
+
+  def count(s: str) -> int:
+    counted.append(len(s))
+    return counter.count(s)
+
+  for target in (400, 20_000):
+    counted.clear()
+    summary = extractive_summary(text, "revenue region 3", target, count)
+    assert summary and counter.count(summary) <= target
+    n = len(split_sentences(text))
+    assert len(counted) < 1.2 * n  # each sentence once, plus the few candidates near the limit
+    assert sum(counted) < 10 * len(text)  # not a whole summary per sentence

@@ -90,8 +90,9 @@ class Calibrator:
   ) -> None:
     if not 0.0 < alpha <= 1.0:
       raise ValueError("alpha must be in (0, 1]")
-    if not 0.0 < min_ratio <= 1.0 <= max_ratio < math.inf:
-      raise ValueError("need 0 < min_ratio <= 1 <= max_ratio < inf")
+    if not 1e-3 <= min_ratio <= 1.0 <= max_ratio <= 1e3:
+      # The scale (ratio times the margin) must stay within what a compile accepts.
+      raise ValueError(f"need 0.001 <= min_ratio <= 1 <= max_ratio <= 1000, got {min_ratio}, {max_ratio}")
     if not min_ratio <= shrink_floor <= 1.0:
       raise ValueError("shrink_floor must be in [min_ratio, 1.0]")
     self.alpha = float(alpha)

@@ -40,8 +40,9 @@ def test_every_scale_the_calibrator_can_give_is_a_valid_call():
   assert scale > 4.0
   pack = _pack(_base(), window=8000, token_scale=scale)
   assert pack.manifest["token_scale"] == scale and pack.tokens * scale <= pack.manifest["usable"] * scale + 1e-6
-  with pytest.raises(ValidationError, match="token_scale"):
-    CallInputs(items=_base(), window=8000, token_scale=float("nan"))
+  for bad in (float("nan"), 0.0, 1e-310, 1e300):  # 1e-310 overflowed the usable window (OverflowError)
+    with pytest.raises(ValidationError, match="token_scale"):
+      CallInputs(items=_base(), window=8000, token_scale=bad)
 
 
 def test_window_overrides_match_like_model_names():

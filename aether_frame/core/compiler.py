@@ -52,7 +52,7 @@ class CallInputs(BaseModel):
   max_output_tokens: Optional[int] = Field(default=None, ge=0)
   tail_hint: Optional[str] = None
   """Id of the oldest history group the previous call kept (hysteresis)."""
-  token_scale: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+  token_scale: float = Field(default=1.0, ge=1e-6, le=1e6, allow_inf_nan=False)
   """Calibration: actual/estimated tokens, margin included (the calibrator bounds it)."""
   now: Optional[float] = Field(default=None, ge=MIN_TIMESTAMP, le=MAX_TIMESTAMP, allow_inf_nan=False)
   has_plan: bool = False

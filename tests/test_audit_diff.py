@@ -40,6 +40,14 @@ def render_live(req) -> str:
   return "".join(out)
 
 
+async def rebuild_all(root):
+  """Every call of the one session stored under ``root``, rebuilt from its stored inputs."""
+  src = open_location(str(root))
+  ref = (await src.sessions())[0]
+  ranking = default_ranking()
+  return [await rebuild(src, c, ranking=ranking) for c in await src.calls(ref)]
+
+
 def naive_common_prefix(a: bytes, b: bytes) -> int:
   for i, (x, y) in enumerate(zip(a, b)):
     if x != y:
@@ -65,13 +73,9 @@ def test_the_rendering_puts_instruction_contents_where_the_request_carries_them(
   live = [render_live(r) for r in run.model.received]
   assert len(live) == 8 and run.plugin.faults == 0
 
-  async def rebuilt_all():
-    src = open_location(str(root))
-    ref = (await src.sessions())[0]
-    ranking = default_ranking()
-    return [await rebuild(src, c, ranking=ranking) for c in await src.calls(ref)]
-
-  for rb, sent in zip(asyncio.run(rebuilt_all()), live):
+  rebuilt = asyncio.run(rebuild_all(root))
+  assert len(rebuilt) == len(live)
+  for rb, sent in zip(rebuilt, live):
     assert rb.pack.manifest["prefix_sha256"] == rb.call.doc["prefix_sha256"]
     assert request_text(rb.inputs, rb.pack) == sent
 
@@ -96,13 +100,8 @@ def test_diff_of_consecutive_calls_finds_the_cache_break(tmp_path, capsys):
   live = [render_live(r).encode("utf-8") for r in run.model.received]
   assert len(live) == 16 and run.plugin.faults == 0
 
-  async def rebuilt_all():
-    src = open_location(str(root))
-    ref = (await src.sessions())[0]
-    ranking = default_ranking()
-    return [await rebuild(src, c, ranking=ranking) for c in await src.calls(ref)]
-
-  calls = asyncio.run(rebuilt_all())
+  calls = asyncio.run(rebuild_all(root))
+  assert len(calls) == len(live)
   # The rendering rebuilt from stored inputs is byte-for-byte the request the model received.
   for rb, sent in zip(calls, live):
     assert request_text(rb.inputs, rb.pack).encode("utf-8") == sent

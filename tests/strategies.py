@@ -25,7 +25,7 @@ from aether_frame.core.policy import PackPolicy, TaskProfile
 from aether_frame.core.render import item_line
 
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-PLUGIN_EXAMPLES = 200 if IN_CI else 25
+PLUGIN_EXAMPLES = 200 if IN_CI else 50
 """Plugin-level properties run a real ADK Runner per example: keep them cheaper."""
 
 WORDS = (

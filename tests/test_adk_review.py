@@ -132,7 +132,7 @@ async def test_step_scoping_keeps_the_tool_adk_adds_to_reach_a_single_turn_sub_a
   assert events[-1].content.parts[0].text == "Done: vendor B."
 
 
-def test_parallel_runs_of_one_agent_get_a_compiler_each():
+async def test_parallel_runs_of_one_agent_get_a_compiler_each():
   """Workflow workers of one agent run in branches with different histories; a
   shared compiler would be reset by each in turn (and lose calibration samples)."""
   from google.adk.agents import LlmAgent

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 
 from google.adk.artifacts import GcsArtifactService
 from google.genai import types
@@ -110,17 +109,18 @@ def test_outage_spools_then_flush_uploads_in_order_without_duplicates(gcs_emulat
     assert writer.stats["stored"] == 2 and not Spool(spool_dir).pending(), writer.stats
     gcs_emulator.stop()
     for t in texts[2:5]:
-      t0 = time.monotonic()
       await say(runner, sid, t)
-      assert time.monotonic() - t0 < 5, "a dead store must not stall the model call"
     assert len(model.received) == 5 and plugin.faults == 0
-    assert len(Spool(spool_dir).pending()) == 3
+    # The store client retries a dead endpoint for up to 120 s. The first call gave up
+    # waiting for it after the writer's timeout (the upload still running), and the
+    # later ones did not even try: nothing waited on the dead store.
+    reasons = [Spool.read(p)["reason"] for p in Spool(spool_dir).pending()]
+    assert reasons == ["no answer within 2s"] + ["earlier manifests are still waiting in the spool"] * 2, reasons
     gcs_emulator.start()
     # The command-line flush, from another thread: the agent's own late upload holds the
     # spool until it settles, so the two never send the same manifest.
-    t0 = time.monotonic()
     rc = await asyncio.to_thread(main, ["flush", "--spool", str(spool_dir), "--wait", "90"])
-    assert rc == 0, (time.monotonic() - t0, writer.stats, [Spool.read(p)["reason"] for p in Spool(spool_dir).pending()])
+    assert rc == 0, (writer.stats, [Spool.read(p)["reason"] for p in Spool(spool_dir).pending()])
     assert Spool(spool_dir).pending() == []
     for t in texts[5:]:  # later calls go straight to the store, after the flushed ones
       await say(runner, sid, t)

@@ -81,13 +81,13 @@ def test_scale_may_shrink_only_when_opted_in_and_after_enough_samples():
 
 
 def test_invalid_settings():
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match="alpha"):
     Calibrator(alpha=0)
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match="alpha"):
     Calibrator(alpha=1.5)
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match="shrink_floor"):
     Calibrator(shrink_floor=0.2)
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match="min_ratio"):
     Calibrator(min_ratio=1.2)
 
 

@@ -50,7 +50,9 @@ async def test_corrupted_calibration_state_is_repaired_and_packs_are_applied(sta
   assert LAST_FAULT_KEY not in st
   assert all(payload_of(r).startswith("CONTEXT PACK v1") for r in model.received)
   # Within the plugin's own bounds, whatever the state claimed.
-  for m in await manifests(runner, s.id):
+  docs = await manifests(runner, s.id)
+  assert len(docs) == 3
+  for m in docs:
     assert 1.05 <= m["token_scale"] <= MAX_RATIO * 1.05
     assert m["usable"] > 0
   cal = st[CALIBRATION_KEY]

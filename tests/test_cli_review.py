@@ -19,6 +19,7 @@ import pytest
 from aether_frame import cli
 from aether_frame.core.manifest import body_of, finalize
 from aether_frame.demo import run_demo
+from tests.fixtures.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,9 +108,9 @@ def test_demo_model_that_cannot_be_reached_is_one_line_and_keeps_the_earlier_run
   assert cli.main(["demo", "--out", str(out), "--turns", "1"]) == 0
   sessions = out / "apps" / "aether_demo" / "users" / "demo-user" / "sessions"
   before = sorted(p.name for p in sessions.iterdir())
-  # Nothing listens on port 9: the model call fails at once, as it does offline or with a bad key.
+  # Nothing listens on that port: the model call fails at once, as it does offline or with a bad key.
   done = _cli("demo", "--out", str(out), "--model", "gemini-2.5-flash", "--turns", "2",
-              **{key: "not-a-key", "GOOGLE_GEMINI_BASE_URL": "http://127.0.0.1:9"})
+              **{key: "not-a-key", "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{free_port()}"})
   assert done.returncode == 2, done.stdout + done.stderr
   assert "gemini-2.5-flash" in _one_line(done.stderr)
   assert sorted(p.name for p in sessions.iterdir()) == before  # the failed run's sessions are gone

@@ -172,7 +172,7 @@ def test_reserve_is_max_output_tokens_or_slack_floor():
   assert reserve_for(p, 10_001, None) == math.ceil(0.10 * 10_001)
   assert reserve_for(p, 10_000, 777) == 777
   assert reserve_for(p, 10_000, 0) == 0
-  with pytest.raises(ValueError):
+  with pytest.raises(ValueError, match="max_output_tokens"):
     reserve_for(p, 10_000, -1)
 
 

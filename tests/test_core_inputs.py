@@ -39,7 +39,8 @@ def test_every_scale_the_calibrator_can_give_is_a_valid_call():
   scale = cal.scale("m", margin=PackPolicy(calibration_margin=margin).calibration_margin)
   assert scale > 4.0
   pack = _pack(_base(), window=8000, token_scale=scale)
-  assert pack.manifest["token_scale"] == scale and pack.tokens * scale <= pack.manifest["usable"] * scale + 1e-6
+  assert pack.manifest["token_scale"] == scale
+  assert pack.tokens <= pack.manifest["usable"] == math.floor((8000 - 800) / scale)  # window less the 10% reserve, scaled
   for bad in (float("nan"), 0.0, 1e-310, 1e300):  # 1e-310 overflowed the usable window (OverflowError)
     with pytest.raises(ValidationError, match="token_scale"):
       CallInputs(items=_base(), window=8000, token_scale=bad)

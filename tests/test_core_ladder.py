@@ -273,7 +273,7 @@ def test_a_history_batch_that_fails_leaves_the_session_unchanged():
   call = CallInputs(items=_fixed(), window=4000, has_plan=True)
   before = session.compile(call)
   bad = Item(id="bad", layer=Layer.CONVERSATION, role="user", text="x", tokens=3, meta={"n": float("nan")})
-  with pytest.raises(ValueError):  # meta that has no canonical JSON fails its digest
+  with pytest.raises(ValueError, match="item 'bad': meta is not JSON data"):  # no canonical JSON, no digest
     session.extend_history([Item(id="ok", layer=Layer.CONVERSATION, role="user", parts=[{"text": "fine"}]), bad])
   with pytest.raises(ValueError, match="duplicate history id 'h1'"):
     session.extend_history([Item(id="new", layer=Layer.CONVERSATION, role="user", text="y"), _history(2)[1]])

@@ -128,8 +128,14 @@ def test_finalize_then_verify_round_trips_through_canonical_bytes():
 
 def test_runtime_section_may_vary_without_breaking_the_checksum():
   doc = manifest_doc.finalize(_pack().manifest, {"compile_ms": 1.5})
+  checksum = doc["checksum"]
   doc["runtime"]["compile_ms"] = 99.0
-  manifest_doc.verify(doc)
+  doc["runtime"]["guard"] = {"fallback": True}
+  assert manifest_doc.verify(doc) is doc and doc["checksum"] == checksum
+  # ... while the same edit outside the runtime section is refused.
+  doc["window"] += 1
+  with pytest.raises(manifest_doc.ManifestIntegrityError, match="checksum mismatch"):
+    manifest_doc.verify(doc)
 
 
 @pytest.mark.parametrize("tamper", [
@@ -152,5 +158,5 @@ def test_tampering_is_detected(tamper):
 def test_a_document_without_checksum_is_refused():
   with pytest.raises(manifest_doc.ManifestIntegrityError, match="not a manifest"):
     manifest_doc.verify(_pack().manifest)
-  with pytest.raises(manifest_doc.ManifestIntegrityError):
+  with pytest.raises(manifest_doc.ManifestIntegrityError, match="not a manifest"):
     manifest_doc.verify(["not", "a", "dict"])  # type: ignore[arg-type]

@@ -31,9 +31,12 @@ def test_demo_writes_verified_manifests_and_its_inspect_hint_works(tmp_path, cap
 
 
 def test_demo_refuses_gemini_without_an_api_key(tmp_path, monkeypatch):
-  monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+  for var in ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):  # whatever the developer has set
+    monkeypatch.delenv(var, raising=False)
+  out = tmp_path / "demo"
   with pytest.raises(SystemExit, match="GOOGLE_API_KEY"):
-    cli.main(["demo", "--out", str(tmp_path), "--model", "gemini-2.5-flash"])
+    cli.main(["demo", "--out", str(out), "--model", "gemini-2.5-flash"])
+  assert not out.exists()
 
 
 def test_demo_table_adds_up_and_names_manifest_versions(tmp_path, capsys):

@@ -22,6 +22,7 @@ async def test_ratio_is_learned_persisted_in_state_and_recorded_in_the_next_mani
   for i in range(4):
     await say(runner, s.id, f"turn {i}: {TEXT}")
   docs = await manifests(runner, s.id)
+  assert len(docs) == 4
   session = await runner.session_service.get_session(app_name=APP, user_id=USER, session_id=s.id)
   cal = session.state[CALIBRATION_KEY]["models"]["offline-model"]
   assert cal["samples"] == 4

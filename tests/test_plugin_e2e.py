@@ -159,7 +159,8 @@ async def test_long_session_fits_a_small_window_and_trims_the_tail_in_chunks():
 async def test_tool_turn_keeps_call_and_response_paired_and_the_payload_stable(knowledge):
   model = OfflineLlm(script=["Hi.", tool_call("get_weather", {"city": "Paris"}, "c1"), "It is 21 degrees in Paris."])
   ag, _ = agent(model=model, tools=[get_weather])
-  runner = make_runner(ag, [ContextPackPlugin(window=8192)])
+  recorder = Recorder()
+  runner = make_runner(ag, [recorder, ContextPackPlugin(window=8192)])
   state = {"plan": PLAN} | ({"knowledge": knowledge} if knowledge else {})
   session = await new_session(runner, state=state)
   await say(runner, session.id, "hello")
@@ -176,7 +177,7 @@ async def test_tool_turn_keeps_call_and_response_paired_and_the_payload_stable(k
   assert call.role == "model" and call.parts[0].function_call.id == "c1"
   assert resp.role == "user" and resp.parts[0].function_response.id == "c1"
   assert resp.parts[0].function_response.response == {"city": "Paris", "temp_c": 21}
-  assert orphans(second.contents, second.contents) == []
+  assert orphans(second.contents, recorder.requests[-1].contents) == []
   # Byte-identical payload across the steps of one invocation (cache-stable prefix).
   assert first.contents[i1].model_dump_json() == second.contents[i2].model_dump_json()
 
@@ -337,7 +338,7 @@ async def test_manifest_is_stored_loadable_and_verifies(kind, tmp_path):
   assert state["aether_frame:last_pack"]["version"] == 1
   tampered = copy.deepcopy(last)
   tampered["window"] += 1
-  with pytest.raises(manifest_doc.ManifestIntegrityError):
+  with pytest.raises(manifest_doc.ManifestIntegrityError, match="checksum mismatch"):
     manifest_doc.verify(tampered)
 
 

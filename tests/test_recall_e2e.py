@@ -9,7 +9,6 @@ it, and the manifest must say why (its score components).
 from __future__ import annotations
 
 import json
-import time
 
 from aether_frame.adk.manifest_store import MANIFEST_FILENAME
 from aether_frame.adk.plugin import ContextPackPlugin
@@ -49,11 +48,9 @@ async def test_turn_12_of_200_is_recalled_into_a_2k_pack_and_explained():
   ranker = HybridRanker()
   runner = make_runner(ag, [ContextPackPlugin(window=2048, ranker=ranker)])
   session = await new_session(runner)
-  started = time.perf_counter()
   for i in range(200):
     await say(runner, session.id, turn_text(i))
   await say(runner, session.id, QUESTION)
-  elapsed = time.perf_counter() - started
 
   # The model saw turn 12, although the 2K window's tail holds only recent turns.
   final = model.received[-1]
@@ -77,4 +74,3 @@ async def test_turn_12_of_200_is_recalled_into_a_2k_pack_and_explained():
   assert explain["relevance"] > 0.0 and explain["score"] == row["score"] > 0.0
   others = [r["score"] for r in rows if r is not row]
   assert all(row["score"] >= s for s in others)
-  assert elapsed < 300, f"200 turns took {elapsed:.0f}s"  # ~20 s of CPU; generous for a loaded CI box

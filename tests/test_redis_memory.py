@@ -34,6 +34,7 @@ from aether_frame.stores.redis_memory import SCORE_KEY
 from tests.fixtures.redis_server import cluster_redis_server  # noqa: F401
 from tests.fixtures.redis_server import redis_server  # noqa: F401
 from tests.fixtures.redis_server import redis_url  # noqa: F401
+from tests.strategies import IN_CI
 
 APP, USER = "app", "u"
 
@@ -136,7 +137,7 @@ async def test_ranking_matches_reference_bm25(mem):
   assert top.memories[0].id == "e7"  # four mentions beat one
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=300 if IN_CI else 60, deadline=None,  # a real Redis round trip each
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     texts=st.lists(

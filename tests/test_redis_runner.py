@@ -18,15 +18,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, AsyncGenerator
+from typing import Any
 
 from google.adk.agents.llm_agent import LlmAgent
 from google.adk.apps.app import App
 from google.adk.artifacts.in_memory_artifact_service import InMemoryArtifactService
-from google.adk.models._capabilities import LlmCapabilities
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_request import LlmRequest
-from google.adk.models.llm_response import LlmResponse
 from google.adk.platform import time as platform_time
 from google.adk.platform import uuid as platform_uuid
 from google.adk.runners import Runner
@@ -34,6 +30,7 @@ from google.genai import types
 import pytest
 import redis
 
+from aether_frame.offline_model import OfflineLlm
 from aether_frame.stores import RedisMemoryService
 from aether_frame.stores import RedisSessionService
 from aether_frame.stores import WorkingMemory
@@ -42,35 +39,23 @@ from tests.fixtures.redis_server import redis_url  # noqa: F401
 
 APP, USER, SID = "runner_app", "ada", "shared-session"
 REPO = Path(__file__).resolve().parent.parent
-PYTHON = "/work/venv/bin/python"
 LAST_PACK = "aether_frame:last_pack"
 TURN1 = "My name is Ada and I am studying graph algorithms."
 TURN2 = "Which topic am I studying?"
 
 
-class FixedLlm(BaseLlm):
-  """Answers every request with the same text and keeps what it was sent."""
+REPLY = "You are studying graphs."
 
-  model: str = "fixed-test-model"
-  seen: list[str] = []
 
-  @property
-  def capabilities(self) -> LlmCapabilities:
-    return LlmCapabilities(output_schema_and_tools=False)
+def fixed_llm() -> OfflineLlm:
+  """The project's recording offline model, answering every request the same."""
+  return OfflineLlm(default=REPLY)
 
-  async def generate_content_async(
-      self, llm_request: LlmRequest, stream: bool = False
-  ) -> AsyncGenerator[LlmResponse, None]:
-    texts = [
-        p.text for c in llm_request.contents or [] for p in c.parts or []
-        if p.text
-    ]
-    self.seen.append("\n".join(texts))
-    yield LlmResponse(
-        content=types.Content(
-            role="model", parts=[types.Part(text="You are studying graphs.")]
-        )
-    )
+
+def request_text(llm: OfflineLlm) -> str:
+  """Every text the model received in its last request."""
+  req = llm.received[-1]
+  return "\n".join(p.text for c in req.contents or [] for p in c.parts or [] if p.text)
 
 
 def plugin_or_none():
@@ -97,7 +82,7 @@ async def run_turn(
   pin_clock_and_ids(start, prefix)
   sessions = RedisSessionService(url)
   memory = RedisMemoryService(url)
-  llm = FixedLlm(seen=[])
+  llm = fixed_llm()
   app = App(
       name=APP,
       root_agent=LlmAgent(
@@ -121,7 +106,7 @@ async def run_turn(
     stored = await sessions.get_session(
         app_name=APP, user_id=USER, session_id=SID)
     return {
-        "request": llm.seen[-1],
+        "request": request_text(llm),
         "reply": events[-1].content.parts[0].text,
         "events": [
             [e.id, e.author, e.timestamp, e.invocation_id,
@@ -143,7 +128,7 @@ def run_worker_b(url: str, *, use_plugin: bool) -> dict[str, Any]:
   """Worker B in its own interpreter, as another server would run it."""
   args = json.dumps({"url": url, "use_plugin": use_plugin})
   proc = subprocess.run(
-      [PYTHON, "-m", "tests.test_redis_runner", args],
+      [sys.executable, "-m", "tests.test_redis_runner", args],
       cwd=REPO, capture_output=True, text=True, timeout=120,
       env={**os.environ, "PYTHONPATH": str(REPO)},
   )
@@ -187,7 +172,7 @@ async def first_turn(url: str, *, use_plugin: bool) -> dict[str, Any]:
 
 async def test_second_process_picks_up_the_session(redis_url):
   turn1 = await first_turn(redis_url, use_plugin=False)
-  assert turn1["reply"] == "You are studying graphs."
+  assert turn1["reply"] == REPLY
   assert len(turn1["events"]) == 2
   before = snapshot(redis_url)
   a = await run_turn(
@@ -195,7 +180,7 @@ async def test_second_process_picks_up_the_session(redis_url):
   restore(redis_url, before)
   b = run_worker_b(redis_url, use_plugin=False)
   # B's model saw turn 1, which only Redis could have given it.
-  assert TURN1 in b["request"] and "You are studying graphs." in b["request"]
+  assert TURN1 in b["request"] and REPLY in b["request"]
   assert b["events"][:2] == turn1["events"]
   assert len(b["events"]) == 4 and b["events"] == a["events"]
   assert b["request"] == a["request"]
@@ -226,7 +211,7 @@ def test_sync_runner_run_uses_a_new_loop_per_call(redis_url):
   # keep the connections of loops that are gone.
   sessions = RedisSessionService(redis_url + "?client_name=sync-runner")
   server = redis.Redis.from_url(redis_url)
-  llm = FixedLlm(seen=[])
+  llm = fixed_llm()
   runner = Runner(
       app=App(name=APP, root_agent=LlmAgent(name="helper", model=llm)),
       session_service=sessions, auto_create_session=True,
@@ -237,12 +222,13 @@ def test_sync_runner_run_uses_a_new_loop_per_call(redis_url):
         user_id=USER, session_id="sync-session",
         new_message=types.Content(role="user", parts=[types.Part(text=text)]),
     ))
-    assert events[-1].content.parts[0].text == "You are studying graphs."
+    assert events[-1].content.parts[0].text == REPLY
     assert len(sessions._conn._per_loop) == 1
     connected.append(sum(
         1 for c in server.client_list() if c.get("name") == "sync-runner"))
   assert connected[0] > 0 and max(connected) == connected[0], connected
-  assert "first question" in llm.seen[-1] and "second question" in llm.seen[-1]
+  assert len(llm.received) == 3
+  assert "first question" in request_text(llm) and "second question" in request_text(llm)
   stored = asyncio.run(sessions.get_session(
       app_name=APP, user_id=USER, session_id="sync-session"))
   assert len(stored.events) == 6

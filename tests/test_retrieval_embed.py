@@ -120,7 +120,7 @@ def test_gemini_errors_surface_and_the_ranker_survives_them():
     raise RuntimeError("503 from the API")
 
   emb = GeminiEmbedder(client=SimpleNamespace(models=SimpleNamespace(embed_content=embed_content)))
-  with pytest.raises(RuntimeError):
+  with pytest.raises(RuntimeError, match="503 from the API"):
     emb.embed(["a"])
   ranker = HybridRanker(embedder=emb)
   assert len(ranker.rank("puppy", items(), layer=Layer.MEMORY, now=None)) == 4

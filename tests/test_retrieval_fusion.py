@@ -105,4 +105,9 @@ def test_near_duplicate_index_is_exact_against_brute_force():
   # Removing documents removes their pairs, and re-adding restores them.
   index.sync((i, s) for i, s in enumerate(sets) if i % 2 == 0)
   for i in range(0, len(sets), 2):
-    assert all(j % 2 == 0 for j in index.pairs(i))
+    expected = {j: jaccard(sets[i], sets[j]) for j in range(0, len(sets), 2) if j != i and jaccard(sets[i], sets[j]) > 0.5}
+    assert index.pairs(i) == pytest.approx(expected)
+  index.sync((i, s) for i, s in enumerate(sets))
+  assert all(index.pairs(i) == pytest.approx({j: jaccard(a, b) for j, b in enumerate(sets) if j != i and jaccard(a, b) > 0.5})
+             for i, a in enumerate(sets))
+  assert sum(len(index.pairs(i)) for i in range(len(sets))) >= 40  # the near-duplicates pair up

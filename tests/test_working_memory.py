@@ -59,8 +59,15 @@ async def test_ttl_applies_and_is_refreshed(redis_url):
 
   short = WorkingMemory(redis_url, ttl_seconds=0.3)
   await short.add_note(APP, USER, "brief", "s", "gone soon")
+  brief = r.keys("*:wm:brief:*")
+  # A fractional TTL is kept in milliseconds, not rounded to 0 (no expiry) or 1 s.
+  assert len(brief) == 2 and all(0 < r.pttl(k) <= 300 for k in brief)
   assert texts(await short.list_notes(APP, USER, "brief")) == ["gone soon"]
-  await asyncio.sleep(0.45)
+  for _ in range(2000):  # bounded: the TTL runs out in 0.3 s
+    if not r.exists(*brief):
+      break
+    await asyncio.sleep(0.005)
+  assert not r.exists(*brief), "the short TTL never ran out"
   assert await short.list_notes(APP, USER, "brief") == []
   await w.close()
   await short.close()

@@ -11,7 +11,9 @@ Key layout (KEYS order is shared by the scripts):
                    and `s:<key>` -> JSON for session-scoped state
   events    stream one entry per event: e=<event JSON>, t=<timestamp>;
                    entry id <ms of timestamp>-<seq>, clamped to stay increasing
-  event_ids hash   event id -> "<version after append> <stream entry id>"
+  event_ids hash   event id -> "<version after append> <stream entry id>
+                   <update time before append>" (older entries lack the
+                   time)
   ustate    hash   user-scoped state, raw key -> JSON
   uindex    zset   session id scored by last update time; ids of expired
                    sessions are dropped by list_sessions and create_session
@@ -143,19 +145,23 @@ if not ver or not tonumber(ver) or not mtime or not tonumber(mtime) then
 end
 check_count(ver)
 
--- Re-delivery of an event already stored (a retry after a lost reply) is
--- acknowledged without storing it again, but only to a copy whose marker is
--- just before or at that append (or that has no marker, so cannot tell): any
+-- ver restarts at 0 when a deleted session is re-created, so a current copy
+-- must also have the stored update time (which every current copy has).
+local current = marker == ver and tonumber(smtime) == tonumber(mtime)
+
+-- Re-delivery of an event already stored is acknowledged without storing it
+-- again to a current copy (it has every stored event: 'seen'), and, as a
+-- retry after a lost reply, to the copy that was current just before that
+-- append, if it is the last one (or that has no marker, so cannot tell): any
 -- other copy missed appends and is stale.
 if eid ~= '' then
   local prev = redis.call('HGET', KEYS[3], eid)
   if prev then
-    local sp = string.find(prev, ' ', 1, true)
-    local pver = sp and string.sub(prev, 1, sp - 1)
-    if not pver or not tonumber(pver) then
-      corrupt(KEYS[3], 'field ' .. eid .. ' is not "<version> <entry id>"')
+    local pver, xid, pmtime = string.match(prev, '^(%d+) (%S+) ?(%S*)$')
+    if not pver then
+      corrupt(KEYS[3], 'field ' .. eid .. ' is not "<version> <entry id>'
+              .. ' [<update time>]"')
     end
-    local xid = string.sub(prev, sp + 1)
     local same = false
     local entry = redis.call('XRANGE', KEYS[2], xid, xid)
     if #entry == 1 then
@@ -165,15 +171,18 @@ if eid ~= '' then
       end
     end
     if not same then return {'dupid', ver, mtime} end
-    local seen = marker == '' or marker == pver
-        or tonumber(marker) == tonumber(pver) - 1
-    if pver == ver and seen then return {'dup', ver, mtime} end
+    if current then return {'dup', ver, mtime, 'seen'} end
+    -- Like `current`, for the version before: the update time tells a copy
+    -- of a deleted and re-created session apart.
+    local retry = marker == '' or (tonumber(marker) == tonumber(pver) - 1
+        and (pmtime == '' or tonumber(pmtime) == tonumber(smtime)))
+    if pver == ver and retry then return {'dup', ver, mtime, ''} end
     return {'stale', ver, mtime}
   end
 end
 
 if marker ~= '' then
-  if marker ~= ver then return {'stale', ver, mtime} end
+  if not current then return {'stale', ver, mtime} end
 elseif tonumber(mtime) > tonumber(smtime) then
   return {'stale', ver, mtime}
 end
@@ -199,7 +208,9 @@ local nver = string.format('%d', tonumber(ver) + 1)
 
 -- Writes start here; nothing below can fail on stored data.
 redis.call('XADD', KEYS[2], xid, 'e', json, 't', ts)
-if eid ~= '' then redis.call('HSET', KEYS[3], eid, nver .. ' ' .. xid) end
+if eid ~= '' then
+  redis.call('HSET', KEYS[3], eid, nver .. ' ' .. xid .. ' ' .. mtime)
+end
 redis.call('HSET', KEYS[1], 'ver', nver, 'mtime', ts, 'lastid', xid)
 hset(KEYS[1], sd)
 hset(KEYS[4], ud)
@@ -276,13 +287,14 @@ return 1
 
 APP_WRITE = "#!lua\n" + _COMMON + r"""
 -- Cluster mode only: app-wide keys live in their own slot.
--- KEYS: app_state, app_users; ARGV: ttl_ms, user ('' = none), [app block]
+-- KEYS: app_state, app_users; ARGV: ttl_ms, add_user ('1'/'0'), user,
+--       [app block]. A flag, not '' for none: '' is a valid user id.
 expect(KEYS[1], 'hash')
 expect(KEYS[2], 'set')
 local ttl = tonumber(ARGV[1])
-local ad = block(3)
+local ad = block(4)
 hset(KEYS[1], ad)
-if ARGV[2] ~= '' then redis.call('SADD', KEYS[2], ARGV[2]) end
+if ARGV[2] == '1' then redis.call('SADD', KEYS[2], ARGV[3]) end
 expire_all(ttl)
 return redis.call('HGETALL', KEYS[1])
 """

@@ -73,7 +73,14 @@ class _Keys:
 
 
 def _dump(value: Any) -> str:
-  return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+  text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError:
+    # A lone surrogate (e.g. from os.fsdecode) has no UTF-8 form; \u escapes
+    # keep it, as SQLite's json.dumps does.
+    text = json.dumps(value, separators=(",", ":"))
+  return text
 
 
 def _load_state(
@@ -181,7 +188,7 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
       raise AlreadyExistsError(f"Session with id {session_id} already exists.")
     ver, mtime, user_flat, app_flat = ru.text(res[1]), res[2], res[3], res[4]
     if self._cluster:
-      app_flat = await self._write_app(keys, "", deltas["app"])
+      app_flat = await self._write_app(keys, None, deltas["app"])
     session = Session(
         app_name=app_name,
         user_id=user_id,
@@ -348,19 +355,26 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
   async def append_event(self, session: Session, event: Event) -> Event:
     if event.partial:
       return event
-    self._apply_temp_state(session, event)
-    event = self._trim_temp_delta_state(event)
+    # Temp state reaches the caller's session (and is trimmed from the event)
+    # only once the append succeeds, as in InMemorySessionService: a refused
+    # append leaves both untouched.
+    stored = event
     deltas: dict[str, dict[str, Any]] = {"app": {}, "user": {}, "session": {}}
     if event.actions and event.actions.state_delta:
-      deltas = _session_util.extract_json_safe_state_delta(
-          event.actions.state_delta
-      )
+      delta = event.actions.state_delta
+      deltas = _session_util.extract_json_safe_state_delta(delta)
+      kept = {k: v for k, v in delta.items()
+              if not k.startswith(State.TEMP_PREFIX)}
+      if len(kept) != len(delta):
+        stored = event.model_copy(update={
+            "actions": event.actions.model_copy(update={"state_delta": kept})
+        })
     keys = self._keys(session.app_name, session.user_id, session.id)
     with_app = not self._cluster
     args = [
         session.id,
         event.id or "",
-        event.model_dump_json(exclude_none=True),
+        stored.model_dump_json(exclude_none=True),
         repr(float(event.timestamp)),
         session._storage_update_marker or "",
         repr(float(session.last_update_time)),
@@ -384,7 +398,8 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
           f"Session {session.id} at {keys.meta!r} is at version"
           f" {ru.text(res[1])} in storage but this copy is at version"
           f" {session._storage_update_marker} (last_update_time"
-          f" {session.last_update_time}); another writer appended first."
+          f" {session.last_update_time}); another writer appended first"
+          " (or the session was deleted and re-created)."
           " Reload the session with get_session and retry."
       )
     if status == "dupid":
@@ -393,6 +408,11 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
           f" ({keys.event_ids!r}) with different content.",
           key=keys.event_ids,
       )
+    if status == "dup" and ru.text(res[3]) == "seen":
+      # This copy already has the event (maybe filtered out of its events):
+      # nothing to do, and in Cluster mode its app: delta must not be written
+      # again over newer values.
+      return event
     if self._cluster and (deltas["app"] or self._ttl != "0"):
       # The session script cannot reach the app's slot, so app keys get
       # their TTL refreshed here, or they expire under an active session.
@@ -401,6 +421,8 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
     session._storage_update_marker = ru.text(res[1])
     if status == "dup" and any(e.id == event.id for e in session.events):
       return event
+    self._apply_temp_state(session, event)
+    event = self._trim_temp_delta_state(event)
     return self._commit_event_to_session(session, event)
 
   async def _prune_oldest(self, app_name: str, user_id: str) -> None:
@@ -424,14 +446,20 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
     )
 
   async def _write_app(
-      self, keys: _Keys, user_id: str, app_delta: dict[str, Any]
+      self, keys: _Keys, user_id: str | None, app_delta: dict[str, Any]
   ) -> list[Any]:
     """Cluster mode: app-wide keys sit in another slot, so they are written
-    by a second script (not atomic with the session write)."""
+    by a second script (not atomic with the session write). `user_id` None
+    adds no user ("" is a user id like any other)."""
     return await self._scripts.run(
         "app_write",
         [keys.app_state, keys.app_users],
-        [self._ttl, user_id, *self._block(app_delta)],
+        [
+            self._ttl,
+            "0" if user_id is None else "1",
+            user_id or "",
+            *self._block(app_delta),
+        ],
         operation="app state write",
     )
 

@@ -51,6 +51,7 @@ from aether_frame.core.costing import count_content
 from aether_frame.core.policy import PackPolicy
 from aether_frame.offline_model import OfflineLlm
 from aether_frame.tokenizers import get_counter
+from _args import at_least
 from compile_bench import synth_text  # run as a script: benchmarks/ is on sys.path
 
 APP, USER = "cachebench", "u1"
@@ -299,21 +300,11 @@ async def amain(args) -> int:
   return 1 if ours_plugin.faults else 0
 
 
-def _at_least(lo: int):
-  def parse(text: str) -> int:
-    n = int(text)
-    if n < lo:
-      raise argparse.ArgumentTypeError(f"must be >= {lo}, got {n}")
-    return n
-
-  parse.__name__ = "int"
-  return parse
-
 
 def main(argv: Optional[list[str]] = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--turns", type=_at_least(2), default=60)
-  ap.add_argument("--window", type=_at_least(1), default=8192)
+  ap.add_argument("--turns", type=at_least(2), default=60)
+  ap.add_argument("--window", type=at_least(1), default=8192)
   ap.add_argument("--seed", type=int, default=11)
   return asyncio.run(amain(ap.parse_args(argv)))
 

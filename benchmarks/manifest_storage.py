@@ -40,6 +40,8 @@ from aether_frame.core import manifest as manifest_doc
 from aether_frame.demo import scripted_reply, scripted_turns, search_notes
 from aether_frame.offline_model import OfflineLlm
 
+from _args import positive  # benchmarks/ is on sys.path when run as a script
+
 DEFAULT = ri.DEFAULT_CHUNK_SIZE
 TOPICS = ("pricing", "latency", "support", "security", "roadmap")
 
@@ -132,17 +134,11 @@ def layout_bytes(calls, *, chunk: Optional[int], inline: bool = False, gz: bool 
   }
 
 
-def _positive(text: str) -> int:
-  n = int(text)
-  if n < 1:
-    raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-  return n
-
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--turns", type=_positive, default=30)
-  ap.add_argument("--window", type=_positive, default=8192)
+  ap.add_argument("--turns", type=positive, default=30)
+  ap.add_argument("--window", type=positive, default=8192)
   ap.add_argument("--json", action="store_true")
   args = ap.parse_args()
   writer = asyncio.run(run(args.turns, args.window))

@@ -47,6 +47,8 @@ from aether_frame.adk.state_schema import LAST_FAULT_KEY
 from aether_frame.offline_model import OfflineLlm
 from compile_bench import synth_text  # run as a script: benchmarks/ is on sys.path
 
+from _args import positive  # benchmarks/ is on sys.path when run as a script
+
 APP, USER = "overhead", "u1"
 WARMUP_TURNS = 3
 
@@ -133,17 +135,11 @@ async def run(turns: int, seed: int, window: int) -> tuple[list[float], list[flo
   return base.walls, ours.walls, compile_ms, ours.plugin.faults
 
 
-def _positive(text: str) -> int:
-  n = int(text)
-  if n < 1:
-    raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-  return n
-
 
 def main(argv: Optional[list[str]] = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--turns", type=_positive, default=300, help="user turns (each adds 2 events)")
-  ap.add_argument("--window", type=_positive, default=131_072)
+  ap.add_argument("--turns", type=positive, default=300, help="user turns (each adds 2 events)")
+  ap.add_argument("--window", type=positive, default=131_072)
   ap.add_argument("--seed", type=int, default=5)
   args = ap.parse_args(argv)
   logging.getLogger("google_adk").setLevel(logging.ERROR)

@@ -56,6 +56,8 @@ import redis.asyncio as redis_asyncio  # noqa: E402
 from aether_frame.stores import RedisSessionService  # noqa: E402
 from tests.fixtures.redis_server import RedisServer  # noqa: E402
 
+from _args import positive  # benchmarks/ is on sys.path when run as a script
+
 SIZES = (100, 1_000, 10_000)
 ROUNDS = 300          # timed appends per (service, size)
 BUILTIN_EVERY = 6     # the built-in appends on every 6th round only (~50)
@@ -259,12 +261,6 @@ def table(rows: list[tuple[str, dict[int, dict[str, float]]]]) -> str:
   return "\n".join(lines)
 
 
-def _positive(text: str) -> int:
-  n = int(text)
-  if n < 1:
-    raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-  return n
-
 
 _signalled: list[int] = []
 
@@ -276,9 +272,9 @@ def _terminate(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--rounds", type=_positive, default=ROUNDS,
+  ap.add_argument("--rounds", type=positive, default=ROUNDS,
                   help=f"timed appends per session (the built-in: every {BUILTIN_EVERY}th round); default {ROUNDS}")
-  ap.add_argument("--gets", type=_positive, default=GETS, help=f"timed get_session calls per session; default {GETS}")
+  ap.add_argument("--gets", type=positive, default=GETS, help=f"timed get_session calls per session; default {GETS}")
   args = ap.parse_args(argv)
   # Both raise at once (asyncio's own SIGINT handling only cancels the main
   # task, which a library may swallow, so the run would carry on).

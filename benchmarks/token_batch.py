@@ -24,6 +24,8 @@ from typing import Optional
 
 from aether_frame.tokenizers import ALLOWED_ENCODINGS, TiktokenCounter
 
+from _args import positive  # benchmarks/ is on sys.path when run as a script
+
 
 def make_items(n: int, seed: int = 7) -> list[str]:
   """Small, distinct chat-like items: prose, tool-call JSON, code, CJK."""
@@ -63,17 +65,11 @@ def interleaved(methods: dict[str, tuple], repeats: int) -> dict[str, list[float
   return times
 
 
-def _positive(text: str) -> int:
-  n = int(text)
-  if n < 1:
-    raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
-  return n
-
 
 def main(argv: Optional[list[str]] = None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--items", type=_positive, default=2000)
-  ap.add_argument("--repeats", type=_positive, default=9, help="rounds (default 9)")
+  ap.add_argument("--items", type=positive, default=2000)
+  ap.add_argument("--repeats", type=positive, default=9, help="rounds (default 9)")
   ap.add_argument("--encoding", default="o200k_base", choices=sorted(ALLOWED_ENCODINGS))
   args = ap.parse_args(argv)
 

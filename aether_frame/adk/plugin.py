@@ -510,11 +510,17 @@ def _input_context_positions(ctx, contents: list[types.Content], event_fps: Mapp
     fp = sources.fingerprint(c)
     wanted[fp] = wanted.get(fp, 0) + 1
   out: set[int] = set()
-  for i, c in enumerate(contents):
-    fp = sources.fingerprint(c)
-    if i not in taken and wanted.get(fp) and fp not in event_fps:
+  left = len(extra)
+  for i in range(len(contents) - 1, -1, -1):  # ADK puts them just before the user turn
+    if i in taken:
+      continue
+    fp = sources.fingerprint(contents[i])
+    if wanted.get(fp) and fp not in event_fps:
       wanted[fp] -= 1
       out.add(i)
+      left -= 1
+      if not left:
+        break
   return out
 
 

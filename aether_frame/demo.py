@@ -14,6 +14,7 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -158,7 +159,27 @@ async def run_demo(
       memory_service=memory,
   )
 
+  interrupted = False
+
+  def on_sigint() -> None:
+    # asyncio.run's own handler only cancels the main task, and ADK's runner can
+    # absorb that cancel while it cleans up its root node: the run then went on
+    # to the next turn. The flag stops it at the next turn whatever happens.
+    nonlocal interrupted
+    interrupted = True
+    main_task.cancel()
+
+  main_task = asyncio.current_task()
+  loop = asyncio.get_running_loop()
+  try:
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    handles_sigint = True
+  except (NotImplementedError, RuntimeError, ValueError):  # no signals here (Windows, not the main thread)
+    handles_sigint = False
+
   async def say(session_id: str, text: str) -> None:
+    if interrupted:
+      raise KeyboardInterrupt
     try:
       async for _ in runner.run_async(user_id=USER_ID, session_id=session_id, new_message=types.Content(role="user", parts=[types.Part(text=text)])):
         pass
@@ -193,7 +214,15 @@ async def run_demo(
     sessions.append(session.id)
     for text in scripted_turns(turns):
       await say(session.id, text)
+    if interrupted:
+      raise KeyboardInterrupt
+  except asyncio.CancelledError:
+    if interrupted:
+      raise KeyboardInterrupt from None
+    raise
   finally:
+    if handles_sigint:
+      loop.remove_signal_handler(signal.SIGINT)
     plugin_log.removeFilter(quiet)
     adk_log.setLevel(adk_level)
   manifests = []

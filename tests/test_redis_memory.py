@@ -343,3 +343,46 @@ async def test_non_latin_text_is_found(redis_url, mem):
     got = await mem.search_memory(app_name=APP, user_id=USER, query=query)
     assert [m.id for m in got.memories][:1] == [want], query
   assert check_index(redis_url) == len(texts)
+
+
+async def test_unscoped_readd_keeps_the_session_an_event_was_stored_under(
+    redis_url, mem):
+  first = event("e1", "the ferry leaves at noon", 1000.0)
+  await mem.add_session_to_memory(
+      Session(id="s1", app_name=APP, user_id=USER, events=[first]))
+  # The same event again, from a caller that does not know its session.
+  await mem.add_events_to_memory(app_name=APP, user_id=USER, events=[first])
+  got = (await mem.search_memory(app_name=APP, user_id=USER,
+                                 query="ferry")).memories
+  assert [(m.id, m.custom_metadata["session_id"]) for m in got] == [
+      ("e1", "s1")]
+  # An event first stored without its session gains it when it arrives.
+  second = event("e2", "the ferry is late", 1001.0)
+  await mem.add_events_to_memory(app_name=APP, user_id=USER, events=[second])
+  await mem.add_events_to_memory(app_name=APP, user_id=USER, events=[second],
+                                 session_id="s2")
+  got = (await mem.search_memory(app_name=APP, user_id=USER,
+                                 query="late")).memories
+  assert [(m.id, m.custom_metadata["session_id"]) for m in got] == [
+      ("e2", "s2")]
+  assert check_index(redis_url) == 2
+
+
+async def test_deleting_an_unknown_id_does_not_block_a_later_event(
+    redis_url, mem):
+  await mem.delete_memory(app_name=APP, user_id=USER, memory_id="e9")
+  await mem.add_events_to_memory(
+      app_name=APP, user_id=USER,
+      events=[event("e9", "quarterly budget review", 5.0)], session_id="s")
+  got = (await mem.search_memory(app_name=APP, user_id=USER,
+                                 query="budget")).memories
+  assert [m.id for m in got] == ["e9"]
+  # Deleting it now that it exists keeps re-ingestion from bringing it back.
+  await mem.delete_memory(app_name=APP, user_id=USER, memory_id="e9")
+  for sid in ("s", None):
+    await mem.add_events_to_memory(
+        app_name=APP, user_id=USER,
+        events=[event("e9", "quarterly budget review", 5.0)], session_id=sid)
+  assert (await mem.search_memory(app_name=APP, user_id=USER,
+                                  query="budget")).memories == []
+  assert check_index(redis_url) == 0

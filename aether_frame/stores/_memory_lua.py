@@ -10,7 +10,7 @@ Index keys (KEYS order shared by the scripts):
   ts      hash  memory id -> unix timestamp (ranking tie-break: newer first)
   terms   hash  memory id -> space-separated encoded terms (to unindex)
   stats   hash  n = document count, len = total document length
-  deleted set   ids deleted by delete_memory; event ingestion skips them
+  deleted set   stored ids deleted by delete_memory; event ingestion skips them
   t:<term> hash memory id -> term frequency (the posting list)
 """
 
@@ -79,8 +79,10 @@ end
 
 ADD = "#!lua\n" + _COMMON + r"""
 -- KEYS: docs, lens, ts, terms, stats, deleted, posting keys...
--- ARGV: mode ('events' skips deleted ids), T, T term names, ndocs, then per
---       document: id, json, ts, dl, terms string, nt, (term index, tf) * nt
+-- ARGV: mode ('events' and 'events_unscoped' skip deleted ids;
+--       'events_unscoped' also keeps a stored event that names its session),
+--       T, T term names, ndocs, then per document: id, json, ts, dl,
+--       terms string, nt, (term index, tf) * nt; last: the unknown session id
 check_index_types()
 local map, pos = term_keys(7)
 local mode = ARGV[1]
@@ -101,13 +103,29 @@ for d = 1, ndocs do
   docs[d] = doc
 end
 
+-- A stored event that names its session: an unscoped re-add of the same
+-- event would only erase where it came from.
+local function scoped(json)
+  if not json then return false end
+  local ok, entry = pcall(cjson.decode, json)
+  if not ok or type(entry) ~= 'table' or type(entry.custom_metadata) ~= 'table' then
+    return false
+  end
+  local sid = entry.custom_metadata.session_id
+  return type(sid) == 'string' and sid ~= ARGV[#ARGV]
+end
+
 -- Decide and validate before the first write.
+local events = mode == 'events' or mode == 'events_unscoped'
 local todo, missing = {}, {}
 for _, doc in ipairs(docs) do
   local skip = false
-  if mode == 'events' and redis.call('SISMEMBER', KEYS[6], doc.id) == 1 then
+  local stored = redis.call('HGET', KEYS[1], doc.id)
+  if events and redis.call('SISMEMBER', KEYS[6], doc.id) == 1 then
     skip = true
-  elseif redis.call('HGET', KEYS[1], doc.id) == doc.json then
+  elseif stored == doc.json then
+    skip = true
+  elseif mode == 'events_unscoped' and scoped(stored) then
     skip = true
   end
   if not skip then
@@ -122,7 +140,7 @@ end
 
 for _, doc in ipairs(todo) do
   unindex(doc.id, map)
-  if mode ~= 'events' then redis.call('SREM', KEYS[6], doc.id) end
+  if not events then redis.call('SREM', KEYS[6], doc.id) end
   redis.call('HSET', KEYS[1], doc.id, doc.json)
   redis.call('HSET', KEYS[2], doc.id, doc.dl)
   redis.call('HSET', KEYS[3], doc.id, doc.ts)
@@ -150,7 +168,9 @@ if #missing > 0 then
 end
 local existed = redis.call('HEXISTS', KEYS[1], id)
 unindex(id, map)
-redis.call('SADD', KEYS[6], id)
+-- Only a memory that existed is kept out of later event ingestion (as ADK's
+-- own services do): an unknown id must not block an event never stored.
+if existed == 1 then redis.call('SADD', KEYS[6], id) end
 return {'ok', tostring(existed)}
 """
 

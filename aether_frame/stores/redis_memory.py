@@ -141,7 +141,10 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
           ),
           float(event.timestamp),
       ))
-    await self._index(app_name, user_id, entries, mode="events")
+    # Without a session id, an event already stored under its session keeps
+    # that provenance (ADK's own service would keep both copies).
+    mode = "events" if session_id else "events_unscoped"
+    await self._index(app_name, user_id, entries, mode=mode)
 
   @override
   async def add_memory(
@@ -276,6 +279,7 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
         ]
         for term, count in tf.items():
           args += [str(names[term]), str(count)]
+      args.append(UNKNOWN_SESSION_ID)
       res = await self._scripts.run(
           "add",
           keys.fixed + [keys.term(t) for t in all_names],

@@ -56,7 +56,7 @@ from .guard import check_request, count_request, pending_calls
 from .manifest_store import MANIFEST_FILENAME, ManifestWriter
 from .state_schema import (
     CALIBRATION_KEY, KNOWLEDGE_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, PLAN_KEY, TAIL_KEY_PREFIX, TOOLS_KEY,
-    KnowledgeState, PlanState, ToolsState,
+    KnowledgeItem, KnowledgeState, PlanState, ToolsState, unread_keys,
 )
 from .tool_scope import scope_tools
 
@@ -318,6 +318,12 @@ class ContextPackPlugin(BasePlugin):
     plan = _validated(PlanState, state.get(PLAN_KEY), PLAN_KEY)
     knowledge = _validated(KnowledgeState, {"items": state.get(KNOWLEDGE_KEY)}, KNOWLEDGE_KEY).items if state.get(KNOWLEDGE_KEY) else []
     step_tools = _validated(ToolsState, {"names": state.get(TOOLS_KEY)}, TOOLS_KEY).names if state.get(TOOLS_KEY) is not None else None
+    unread = unread_keys(state)
+    if unread:
+      self._log_once("unread:" + repr(unread), logging.WARNING,
+                     "session state has keys the context pack does not read (ignored): %s; "
+                     "plan fields are %s, knowledge fields are %s", unread,
+                     ", ".join(PlanState.model_fields), ", ".join(KnowledgeItem.model_fields))
 
     user = contents[convo[anchor]]
     # The pack renders the request as its text parts joined (also the ranking
@@ -425,6 +431,8 @@ class ContextPackPlugin(BasePlugin):
         "calibration": calibration.snapshot(model),
         "tool_scoping": scoped.describe(),
     }
+    if unread:
+      runtime["state_unread"] = unread
     version = await self.manifests.write(ctx, pack.manifest, runtime, compile_input=self._replay_input(cache, call))
     state[LAST_PACK_KEY] = {
         "pack_id": pack.manifest["pack_id"], "version": version, "tokens": estimate,

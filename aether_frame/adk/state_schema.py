@@ -7,7 +7,7 @@ field that is wrong instead of silently producing a thin pack.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,3 +58,25 @@ class ToolsState(BaseModel):
   """``state["tools"]``: names of the tools the current step may use."""
 
   names: list[str]
+
+
+def unread_keys(state: Any) -> dict[str, list[str]]:
+  """Keys of ``state["plan"]`` and ``state["knowledge"]`` entries that no field reads.
+
+  The schema ignores extra keys (other agent code may keep its own there), so
+  a misspelt or differently shaped plan (``"steps"``, ``"current_step"``)
+  would vanish without a word; the plugin reports these instead.
+  """
+  out: dict[str, list[str]] = {}
+  plan = state.get(PLAN_KEY)
+  if isinstance(plan, dict):
+    extra = sorted(str(k) for k in plan if k not in PlanState.model_fields)
+    if extra:
+      out[PLAN_KEY] = extra
+  knowledge = state.get(KNOWLEDGE_KEY)
+  if isinstance(knowledge, list):
+    extra = sorted({str(k) for entry in knowledge if isinstance(entry, dict)
+                    for k in entry if k not in KnowledgeItem.model_fields})
+    if extra:
+      out[KNOWLEDGE_KEY] = extra
+  return out

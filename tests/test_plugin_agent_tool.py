@@ -1,0 +1,93 @@
+"""An ``AgentTool`` child through a real Runner, and state keys the plugin does not read.
+
+ADK runs an ``AgentTool`` child in a runner of its own that inherits the app's
+plugins, forwards its artifacts to the calling session and forwards its state
+deltas to it. So the child is packed by the same plugin, and its manifests
+land in the caller's session, told apart by their ``agent`` field.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.tools.agent_tool import AgentTool
+
+from aether_frame.adk.plugin import ContextPackPlugin
+from aether_frame.adk.state_schema import LAST_FAULT_KEY, LAST_PACK_KEY
+from aether_frame.offline_model import OfflineLlm, tool_call
+
+from tests.adk_support import USER, make_runner, manifests, new_session, payload_of, say
+
+pytestmark = pytest.mark.asyncio
+
+PLAN = {"goal": "Answer geography questions", "step": "Find the capital", "acceptance": ["Name the city"]}
+
+
+async def _state(runner, session_id: str) -> dict:
+  s = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session_id)
+  return dict(s.state)
+
+
+async def test_agent_tool_child_is_packed_and_its_manifests_land_in_the_calling_session():
+  child_model = OfflineLlm(script=["The capital of France is Paris."])
+  child = LlmAgent(name="researcher", model=child_model, instruction="You look up facts.", description="Looks up facts")
+  root_model = OfflineLlm(script=[tool_call("researcher", {"request": "capital of France?"}, "c1"), "Paris."])
+  root = LlmAgent(name="root", model=root_model, instruction="You answer.", tools=[AgentTool(child)])
+  runner = make_runner(root, [ContextPackPlugin(window=8192)])
+  session = await new_session(runner, state={"plan": PLAN})
+
+  events = await say(runner, session.id, "What is the capital of France?")
+
+  assert events[-1].content.parts[0].text == "Paris."
+  # The child's request was packed: the plan came along in the copied state,
+  # and its verbatim request is what the parent asked it.
+  child_payload = payload_of(child_model.received[0])
+  assert child_payload.startswith("CONTEXT PACK v1")
+  assert "Find the capital" in child_payload
+  assert child_payload.rstrip().endswith("USER REQUEST (VERBATIM):\ncapital of France?")
+  # Both root calls were packed too, the second with the tool round trip kept.
+  assert all(payload_of(r).startswith("CONTEXT PACK v1") for r in root_model.received)
+  second = root_model.received[1].contents
+  assert any(p.function_response and p.function_response.name == "researcher" for c in second for p in c.parts or ())
+
+  docs = await manifests(runner, session.id)
+  assert [d["agent"] for d in docs] == ["root", "researcher", "root"]
+  assert all(d["valid"] for d in docs)
+  state = await _state(runner, session.id)
+  assert LAST_FAULT_KEY not in state
+  # The caller's pointer names the caller's last pack, not the child's.
+  assert state[LAST_PACK_KEY]["pack_id"] == docs[-1]["pack_id"]
+
+
+async def test_plan_keys_the_plugin_does_not_read_are_reported(caplog):
+  model = OfflineLlm(script=["ok", "ok"])
+  root = LlmAgent(name="root", model=model, instruction="You answer.")
+  runner = make_runner(root, [ContextPackPlugin(window=8192)])
+  plan = {"goal": "Ship the report", "steps": ["draft", "review"], "current_step": "draft"}
+  knowledge = [{"uri": "artifact://a.md", "summary": "Draft outline", "title": "Outline"}]
+  session = await new_session(runner, state={"plan": plan, "knowledge": knowledge})
+
+  with caplog.at_level(logging.WARNING, logger="aether_frame.adk.plugin"):
+    await say(runner, session.id, "Start drafting.")
+    await say(runner, session.id, "Go on.")
+
+  want = {"plan": ["current_step", "steps"], "knowledge": ["title"]}
+  docs = await manifests(runner, session.id)
+  assert [d["runtime"].get("state_unread") for d in docs] == [want, want]
+  warnings = [r.getMessage() for r in caplog.records if "does not read" in r.getMessage()]
+  assert len(warnings) == 1  # once per shape, not once per call
+  assert "current_step" in warnings[0] and "step_id" in warnings[0]
+  # The pack still went out; the missing step is what makes it invalid.
+  assert docs[-1]["valid"] is False and "CONTEXT PACK v1" in payload_of(model.received[-1])
+
+
+async def test_a_plan_the_schema_fully_reads_reports_nothing():
+  model = OfflineLlm(script=["ok"])
+  root = LlmAgent(name="root", model=model, instruction="You answer.")
+  runner = make_runner(root, [ContextPackPlugin(window=8192)])
+  session = await new_session(runner, state={"plan": PLAN})
+  await say(runner, session.id, "Which city?")
+  docs = await manifests(runner, session.id)
+  assert "state_unread" not in docs[0]["runtime"] and docs[0]["valid"]

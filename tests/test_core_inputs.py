@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from pydantic import ValidationError
@@ -11,7 +12,7 @@ from aether_frame.calibration import Calibrator
 from aether_frame.core.compiler import CallInputs, CompileInput, CompilerSession, compile_pack
 from aether_frame.core.items import Item, Layer, Provenance
 from aether_frame.core.policy import PackPolicy
-from aether_frame.core.windows import ModelWindows
+from aether_frame.core.windows import ModelWindows, UnknownModelWindow
 from aether_frame.retrieval import default_ranker
 from aether_frame.tokenizers import get_counter
 
@@ -59,6 +60,24 @@ def test_image_and_speech_variants_do_not_inherit_their_familys_1m_window():
   assert windows.lookup("gemini-2.5-flash-image") == windows.lookup("gemini-2.5-flash-image-preview") == 32_768
   assert windows.lookup("gemini-3-pro-image-preview") == 65_536
   assert windows.lookup("gemini-2.5-flash-preview-tts") == windows.lookup("gemini-2.5-pro-preview-tts") == 8_192
+
+
+def test_adks_default_model_and_gemini_3_point_releases_have_windows():
+  from google.adk.agents import LlmAgent
+
+  windows = ModelWindows()
+  # Without this, every call of an agent on ADK's default model went out unpacked (a fault per call).
+  assert windows.lookup(LlmAgent.DEFAULT_MODEL) == 1_048_576
+  for name in ("gemini-3.5-flash", "gemini-3.8-flash", "gemini-3.1-pro-preview", "gemini-3.1-pro-preview-customtools",
+               "models/gemini-3.6-flash", "gemini-3.8-flash-lite", "gemini-flash-latest", "gemini-pro-latest"):
+    assert windows.lookup(name) == 1_048_576, name
+  # Variants with other windows are not guessed: the error names the model.
+  for name in ("gemini-3.8-flash-lite-tts", "gemini-3.5-transcribe-live", "gemini-3.1-flash-image-preview",
+               "gemini-live-2.5-flash-native-audio", "gemini-3.5-flash-live"):
+    with pytest.raises(UnknownModelWindow, match=re.escape(repr(name))):
+      windows.lookup(name)
+  # An override still wins over the family rule.
+  assert ModelWindows({"gemini-3.5-flash": 200_000}).lookup("gemini-3.5-flash-001") == 200_000
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e20, -1e20])

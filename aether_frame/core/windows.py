@@ -1,11 +1,17 @@
 """Context windows of common models, with user overrides.
 
 Lookup is by exact name, then by the longest registered prefix, so dated or
-suffixed variants (``gemini-2.5-flash-001``) resolve without a new entry.
+suffixed variants (``gemini-2.5-flash-001``) resolve without a new entry, then
+by family rule: Gemini 3.x point releases (``gemini-3.5-flash``, ADK 2.13's
+default model, ``gemini-3.1-pro-preview``) ship every few months with the same
+1M-token input, so a new one should not need a release of this package.
+Variants whose window differs (image, speech, live) match no rule: better an
+error naming the model than a guess of 1M for an 8K model.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Optional
 
 DEFAULT_WINDOWS: dict[str, int] = {
@@ -19,6 +25,9 @@ DEFAULT_WINDOWS: dict[str, int] = {
     "gemini-2.0-flash-lite": 1_048_576,
     "gemini-1.5-pro": 2_097_152,
     "gemini-1.5-flash": 1_048_576,
+    "gemini-flash-latest": 1_048_576,
+    "gemini-flash-lite-latest": 1_048_576,
+    "gemini-pro-latest": 1_048_576,
     # Image and speech variants share a family prefix but take far less input
     # (Vertex AI model cards); without these the prefix rule would give them 1M.
     "gemini-2.5-flash-image": 32_768,
@@ -46,6 +55,15 @@ DEFAULT_WINDOWS: dict[str, int] = {
     "codestral": 256_000,
     "open-mistral-nemo": 128_000,
 }
+
+
+FAMILY_RULES: tuple[tuple[re.Pattern[str], int], ...] = (
+    # gemini-3.5-flash, gemini-3.1-pro-preview, gemini-3.8-flash-lite-001,
+    # gemini-3.1-pro-preview-customtools; not -image, -tts, -live, -audio.
+    (re.compile(r"gemini-3(?:\.\d+)?-(?:pro|flash|flash-lite)(?:-preview)?(?:-\d[\d-]*)?(?:-customtools)?"), 1_048_576),
+)
+"""(full-name pattern, window) after exact and prefix matches: model families
+whose point releases keep their window."""
 
 
 def _key(model: str) -> str:
@@ -76,6 +94,9 @@ class ModelWindows:
       return self._table[name]
     best = max((k for k in self._table if name.startswith(k)), key=len, default=None)
     if best is None:
+      for pattern, window in FAMILY_RULES:
+        if pattern.fullmatch(name):
+          return window
       raise UnknownModelWindow(
           f"no context window known for model {model!r}; pass window= or"
           " window_overrides={...} to the plugin"

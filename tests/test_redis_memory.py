@@ -356,6 +356,14 @@ async def test_unscoped_readd_keeps_the_session_an_event_was_stored_under(
                                  query="ferry")).memories
   assert [(m.id, m.custom_metadata["session_id"]) for m in got] == [
       ("e1", "s1")]
+  # New content still replaces the old; only the provenance is carried over.
+  await mem.add_events_to_memory(
+      app_name=APP, user_id=USER,
+      events=[event("e1", "the ferry leaves at one", 1000.0)])
+  got = (await mem.search_memory(app_name=APP, user_id=USER,
+                                 query="ferry one")).memories
+  assert [(m.id, m.content.parts[0].text, m.custom_metadata["session_id"])
+          for m in got] == [("e1", "the ferry leaves at one", "s1")]
   # An event first stored without its session gains it when it arrives.
   second = event("e2", "the ferry is late", 1001.0)
   await mem.add_events_to_memory(app_name=APP, user_id=USER, events=[second])

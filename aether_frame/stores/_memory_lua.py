@@ -79,10 +79,8 @@ end
 
 ADD = "#!lua\n" + _COMMON + r"""
 -- KEYS: docs, lens, ts, terms, stats, deleted, posting keys...
--- ARGV: mode ('events' and 'events_unscoped' skip deleted ids;
---       'events_unscoped' also keeps a stored event that names its session),
---       T, T term names, ndocs, then per document: id, json, ts, dl,
---       terms string, nt, (term index, tf) * nt; last: the unknown session id
+-- ARGV: mode ('events' skips deleted ids), T, T term names, ndocs, then per
+--       document: id, json, ts, dl, terms string, nt, (term index, tf) * nt
 check_index_types()
 local map, pos = term_keys(7)
 local mode = ARGV[1]
@@ -103,29 +101,13 @@ for d = 1, ndocs do
   docs[d] = doc
 end
 
--- A stored event that names its session: an unscoped re-add of the same
--- event would only erase where it came from.
-local function scoped(json)
-  if not json then return false end
-  local ok, entry = pcall(cjson.decode, json)
-  if not ok or type(entry) ~= 'table' or type(entry.custom_metadata) ~= 'table' then
-    return false
-  end
-  local sid = entry.custom_metadata.session_id
-  return type(sid) == 'string' and sid ~= ARGV[#ARGV]
-end
-
 -- Decide and validate before the first write.
-local events = mode == 'events' or mode == 'events_unscoped'
 local todo, missing = {}, {}
 for _, doc in ipairs(docs) do
   local skip = false
-  local stored = redis.call('HGET', KEYS[1], doc.id)
-  if events and redis.call('SISMEMBER', KEYS[6], doc.id) == 1 then
+  if mode == 'events' and redis.call('SISMEMBER', KEYS[6], doc.id) == 1 then
     skip = true
-  elseif stored == doc.json then
-    skip = true
-  elseif mode == 'events_unscoped' and scoped(stored) then
+  elseif redis.call('HGET', KEYS[1], doc.id) == doc.json then
     skip = true
   end
   if not skip then
@@ -140,7 +122,7 @@ end
 
 for _, doc in ipairs(todo) do
   unindex(doc.id, map)
-  if not events then redis.call('SREM', KEYS[6], doc.id) end
+  if mode ~= 'events' then redis.call('SREM', KEYS[6], doc.id) end
   redis.call('HSET', KEYS[1], doc.id, doc.json)
   redis.call('HSET', KEYS[2], doc.id, doc.dl)
   redis.call('HSET', KEYS[3], doc.id, doc.ts)

@@ -141,10 +141,34 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
           ),
           float(event.timestamp),
       ))
-    # Without a session id, an event already stored under its session keeps
-    # that provenance (ADK's own service would keep both copies).
-    mode = "events" if session_id else "events_unscoped"
-    await self._index(app_name, user_id, entries, mode=mode)
+    if not session_id and entries:
+      await self._keep_stored_sessions(app_name, user_id, entries)
+    await self._index(app_name, user_id, entries, mode="events")
+
+  async def _keep_stored_sessions(
+      self,
+      app_name: str,
+      user_id: str,
+      entries: list[tuple[MemoryEntry, float]],
+  ) -> None:
+    """An event re-added without its session keeps the session it is stored
+    under; ADK's own service would keep two copies, one of them unscoped.
+    (New content still replaces old: only the provenance is carried over.)"""
+    docs_key = _IndexKeys(self._prefix, app_name, user_id).fixed[0]
+    stored = await ru.guarded(
+        "add_events_to_memory",
+        docs_key,
+        self._client.hmget(docs_key, [e.id for e, _ in entries]),
+    )
+    for (entry, _), raw in zip(entries, stored):
+      if raw is None:
+        continue
+      try:
+        sid = json.loads(ru.text(raw)).get("custom_metadata", {}).get("session_id")
+      except (ValueError, AttributeError):
+        continue  # a corrupt copy is replaced, not trusted
+      if isinstance(sid, str) and sid != UNKNOWN_SESSION_ID:
+        entry.custom_metadata["session_id"] = sid
 
   @override
   async def add_memory(
@@ -279,7 +303,6 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
         ]
         for term, count in tf.items():
           args += [str(names[term]), str(count)]
-      args.append(UNKNOWN_SESSION_ID)
       res = await self._scripts.run(
           "add",
           keys.fixed + [keys.term(t) for t in all_names],

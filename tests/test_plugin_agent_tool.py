@@ -1,4 +1,5 @@
-"""An ``AgentTool`` child through a real Runner, and state keys the plugin does not read.
+"""``AgentTool`` children, state keys the plugin does not read, and Interactions-API agents,
+through a real Runner.
 
 ADK runs an ``AgentTool`` child in a runner of its own that inherits the app's
 plugins, forwards its artifacts to the calling session and forwards its state
@@ -12,7 +13,11 @@ import logging
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.models.google_llm import Gemini
+from google.adk.models.llm_response import LlmResponse
 from google.adk.tools.agent_tool import AgentTool
+from google.genai import types
+from pydantic import Field
 
 from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.adk.state_schema import LAST_FAULT_KEY, LAST_PACK_KEY
@@ -91,3 +96,37 @@ async def test_a_plan_the_schema_fully_reads_reports_nothing():
   await say(runner, session.id, "Which city?")
   docs = await manifests(runner, session.id)
   assert "state_unread" not in docs[0]["runtime"] and docs[0]["valid"]
+
+
+class _OfflineInteractionsGemini(Gemini):
+  """Gemini on the stateful Interactions API, answering offline: it records each
+  request and returns an interaction id, as the real API does."""
+
+  seen: list = Field(default_factory=list)
+
+  async def generate_content_async(self, llm_request, stream: bool = False):
+    self.seen.append(llm_request.model_copy(deep=True))
+    yield LlmResponse(
+        content=types.Content(role="model", parts=[types.Part(text=f"answer {len(self.seen)}")]),
+        interaction_id=f"interaction-{len(self.seen)}",
+    )
+
+
+async def test_interactions_api_agents_are_left_alone(caplog):
+  # The server keeps the conversation: a pack would join it on every call.
+  model = _OfflineInteractionsGemini(model="gemini-3.5-flash", use_interactions_api=True)
+  root = LlmAgent(name="root", model=model, instruction="You answer.")
+  plugin = ContextPackPlugin(window=8192)
+  runner = make_runner(root, [plugin])
+  session = await new_session(runner, state={"plan": PLAN})
+  with caplog.at_level(logging.WARNING, logger="aether_frame.adk.plugin"):
+    await say(runner, session.id, "First question?")
+    await say(runner, session.id, "Second question?")
+
+  assert [r.previous_interaction_id for r in model.seen] == [None, "interaction-1"]
+  texts = [p.text for r in model.seen for c in r.contents for p in c.parts or () if p.text]
+  assert texts == ["First question?", "Second question?"]  # as ADK built them, no pack
+  assert await manifests(runner, session.id) == []
+  assert plugin.faults == 0
+  warnings = [r.getMessage() for r in caplog.records if "Interactions API" in r.getMessage()]
+  assert len(warnings) == 1 and "root" in warnings[0]

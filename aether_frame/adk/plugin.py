@@ -190,6 +190,14 @@ class ContextPackPlugin(BasePlugin):
 
   async def _before_model(self, callback_context, llm_request):
     started = time.perf_counter()
+    if _server_keeps_history(callback_context, llm_request):
+      # Whatever is sent joins the conversation the server keeps: a pack would
+      # pile up there call after call, and the budget cannot reach that history.
+      self._log_once("interactions:" + callback_context.agent_name, logging.WARNING,
+                     "agent %s uses Gemini's Interactions API, which keeps the conversation server-side; "
+                     "its requests are sent unmodified, without a context pack or manifest",
+                     callback_context.agent_name)
+      return None
     try:
       # A request sent unmodified is not estimated, so nothing of an earlier
       # call may be left for after_model to compare it with.
@@ -548,6 +556,17 @@ def _packed_by_agent(ctx) -> bool:
     callbacks = getattr(agent, "canonical_before_model_callbacks", None) or ()
     return any(isinstance(getattr(cb, "plugin", None), ContextPackPlugin) for cb in callbacks)
   except Exception:  # fail-open: an agent of another shape is packed by the plugin
+    return False
+
+
+def _server_keeps_history(ctx, llm_request) -> bool:
+  """Whether the model keeps the conversation itself (Gemini's stateful Interactions API)."""
+  if getattr(llm_request, "previous_interaction_id", None):
+    return True
+  try:
+    model = getattr(ctx.get_invocation_context().agent, "canonical_model", None)
+    return getattr(model, "use_interactions_api", False) is True
+  except Exception:  # an agent of another shape, or a model name ADK cannot resolve: packed as usual
     return False
 
 

@@ -142,8 +142,15 @@ class Calibrator:
     return st.samples if st is not None else 0
 
   def scale(self, model: str, margin: float = 0.0) -> float:
-    """Multiplier for estimates: max(ratio, floor) * (1 + margin), margin >= 0."""
-    margin = max(0.0, float(margin))
+    """Multiplier for estimates: max(ratio, floor) * (1 + margin), margin >= 0.
+
+    A non-finite margin raises: inf would make every budget infinite (or
+    zero) and nan was silently taken as 0.
+    """
+    margin = float(margin)
+    if not math.isfinite(margin):
+      raise ValueError(f"calibration margin must be a finite number, got {margin!r}")
+    margin = max(0.0, margin)
     st = self._models.get(_model_key(model))
     r = st.ratio if st is not None and st.samples else 1.0
     floor = 1.0

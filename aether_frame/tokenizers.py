@@ -144,6 +144,13 @@ def _fetch(url: str) -> bytes:
   return result["data"]
 
 
+def _not_str(value: Any) -> bool:
+  """Raises the TypeError for a non-str item given to ``count_many``."""
+  if isinstance(value, str):  # a str subclass
+    return True
+  raise TypeError(f"TokenCounter.count_many expects str items, got {type(value).__name__}")
+
+
 class TiktokenCounter:
   """Exact counts under a tiktoken encoding, memoised in a bounded LRU.
 
@@ -180,6 +187,8 @@ class TiktokenCounter:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
   def count(self, text: str) -> int:
+    if not isinstance(text, str):
+      raise TypeError(f"TokenCounter.count expects a str, got {type(text).__name__}")
     k = self._key(text)
     with self._lock:
       v = self._cache.get(k)
@@ -196,12 +205,19 @@ class TiktokenCounter:
     return c
 
   def count_many(self, texts: Sequence[str]) -> list[int]:
-    """Counts with one cache pass; misses are encoded once each, in a plain loop."""
+    """Counts with one cache pass; misses are encoded once each, in a plain loop.
+
+    Non-str items raise TypeError: a str argument would otherwise be counted
+    per character, and a short bytes item could hit a long text's digest key.
+    """
+    if isinstance(texts, str):
+      raise TypeError("TokenCounter.count_many expects a sequence of str, got a str (use count)")
     short = _SHORT_KEY_CHARS
     blake = hashlib.blake2b
     keys = [
         t if len(t) <= short else blake(t.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         for t in texts
+        if type(t) is str or _not_str(t)
     ]
     cache = self._cache
     get = cache.get

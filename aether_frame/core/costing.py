@@ -374,10 +374,11 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str]) -> int:
     # fps > 1 samples more frames; scale conservatively (fps < 1 is not discounted).
     return math.ceil(seconds * VIDEO_TOKENS_PER_SECOND * _fps(part))
   if mime == "application/pdf":
-    pages = blob.get("pages", part.get("pages"))
-    if not isinstance(pages, int) or isinstance(pages, bool) or pages < 0:
+    # Read like width/height: 500.0 or "500" pages used to cost the 10-page guess.
+    pages = _finite(blob.get("pages", part.get("pages")))
+    if pages is None or pages < 0:
       pages = PDF_UNKNOWN_PAGES
-    return min(max(pages, 1), PDF_MAX_PAGES) * PDF_TOKENS_PER_PAGE
+    return min(max(math.ceil(pages), 1), PDF_MAX_PAGES) * PDF_TOKENS_PER_PAGE
   if data and (mime.startswith("text/") or mime in ("application/json", "application/xml")):
     # Gemini reads text payloads as text: count the decoded characters.
     try:
@@ -389,6 +390,30 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str]) -> int:
     except (binascii.Error, ValueError):
       pass
   return UNKNOWN_MEDIA_TOKENS
+
+
+def _function_response_tokens(value: Any, texts: list[str]) -> int:
+  """Fixed cost of a function_response; its JSON (minus ``parts``) goes to ``texts``.
+
+  A multimodal tool result carries media in ``parts`` (inline_data/file_data),
+  which the model reads as media: they are costed by the media rules, like
+  top-level parts. As JSON text, a base64 image would cost ~1 token per 1.3
+  bytes (and take seconds to encode) and a file_data reference a few tokens.
+  """
+  sub_parts = value.get("parts") if isinstance(value, Mapping) else None
+  if not sub_parts or not isinstance(sub_parts, (list, tuple)):
+    texts.append(canonical_json(value))
+    return 0
+  texts.append(canonical_json({k: v for k, v in value.items() if k != "parts"}))
+  fixed = 0
+  for sub in sub_parts:
+    if isinstance(sub, Mapping):
+      t, f = part_texts_and_fixed(sub)
+      texts.extend(t)
+      fixed += f
+    else:
+      texts.append(canonical_json(sub))
+  return fixed
 
 
 def part_texts_and_fixed(part: Mapping[str, Any]) -> tuple[list[str], int]:
@@ -404,8 +429,10 @@ def part_texts_and_fixed(part: Mapping[str, Any]) -> tuple[list[str], int]:
       continue
     if key == "text":
       texts.append(value if isinstance(value, str) else str(value))
-    elif key in ("function_call", "function_response"):
+    elif key == "function_call":
       texts.append(canonical_json(value))
+    elif key == "function_response":
+      fixed += _function_response_tokens(value, texts)
     elif key == "executable_code":
       code = value.get("code") if isinstance(value, Mapping) else value
       texts.append(code if isinstance(code, str) else canonical_json(value))
@@ -582,8 +609,9 @@ class EstimatingCounter:
 
   def __init__(self, safety_factor: float = 1.0, fallback_for: str | None = None,
                reason: str | None = None) -> None:
-    if not safety_factor > 0:
-      raise ValueError("safety_factor must be > 0")
+    if not safety_factor > 0 or not math.isfinite(safety_factor):
+      # inf (or nan) passed here would only fail later, in count(): ceil of inf.
+      raise ValueError(f"safety_factor must be a finite number > 0, got {safety_factor!r}")
     self.safety_factor = float(safety_factor)
     self.fallback_for = fallback_for
     self.reason = reason
@@ -591,6 +619,8 @@ class EstimatingCounter:
     self.version = "4"
 
   def count(self, text: str) -> int:
+    if not isinstance(text, str):  # None would count 0, bytes fail obscurely
+      raise TypeError(f"TokenCounter.count expects a str, got {type(text).__name__}")
     if not text:
       return 0
     thirds = _estimate_thirds(text)
@@ -599,6 +629,8 @@ class EstimatingCounter:
     return math.ceil(thirds * self.safety_factor / 3)
 
   def count_many(self, texts: Sequence[str]) -> list[int]:
+    if isinstance(texts, str):  # would be counted per character
+      raise TypeError("TokenCounter.count_many expects a sequence of str, got a str (use count)")
     return [self.count(t) for t in texts]
 
   def describe(self) -> dict[str, Any]:

@@ -11,7 +11,6 @@ not stop the agent: the write goes to a local spool, flushed in order later.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -202,7 +201,9 @@ class ManifestWriter:
     refuse it if it references a blob that neither it nor that store has.
     """
     app, user = entry["app"], entry["user"]
-    blobs = entry_blobs(entry) if blobs is None else blobs
+    if blobs is None:
+      blobs = entry_blobs(entry)
+      _check_spooled_blobs(blobs)
     scope = blob_scope(app, user, entry.get("blob_app", self.blob_app))
     if check_refs:
       absent = await self._absent_blobs(service, scope, entry["manifest"], blobs)
@@ -217,7 +218,10 @@ class ManifestWriter:
       versions = await service.list_versions(**kw)
       if versions:
         latest = await service.load_artifact(**kw, version=max(versions))
-        if latest is not None and latest.inline_data is not None and _checksum(latest.inline_data.data) == entry["manifest"].get(manifest_doc.CHECKSUM_KEY):
+        # Byte for byte, not by checksum: the checksum covers the body only, and
+        # two calls can share a body (a retried model call) while their runtime
+        # differs; an earlier attempt that landed late is the very same bytes.
+        if latest is not None and latest.inline_data is not None and latest.inline_data.data == data:
           return -1 - max(versions)  # already there (an earlier attempt landed after all)
     part = types.Part(inline_data=types.Blob(mime_type=MANIFEST_MIME, data=data))
     if ctx is not None:
@@ -345,8 +349,17 @@ class ManifestWriter:
     logger.warning(msg, *args)
 
 
-def _checksum(data: bytes) -> Optional[str]:
-  try:
-    return json.loads(data).get(manifest_doc.CHECKSUM_KEY)
-  except (ValueError, AttributeError):
-    return None
+class CorruptBlobError(ValueError):
+  """A spooled blob does not hash to its key."""
+
+
+def _check_spooled_blobs(blobs: Mapping[str, bytes]) -> None:
+  """Refuses a spooled blob that does not hash to its key (a damaged ``spool/blobs`` file).
+
+  Uploaded, it would sit in the store under that key for good: blobs are
+  written once and shared by every later manifest that references them.
+  """
+  for key, data in blobs.items():
+    if replay_inputs.blob_key(data) != key:
+      raise CorruptBlobError(f"spooled input blob {key} hashes to {replay_inputs.blob_key(data)} (corrupt or tampered); "
+                             f"not uploaded; move the entry aside to flush the rest")

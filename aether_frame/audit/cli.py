@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -243,11 +244,21 @@ async def _report_async(args) -> int:
   source = open_location(args.session)
   ref = await _one_session(source, args.session)
   page = await session_report(source, ref)
-  out = Path(args.out or f"{ref.session}.html")
+  out = Path(args.out or report_filename(ref.session))
   out.write_text(page, encoding="utf-8")
   calls = page.count('<div class="bar">')
   print(f"wrote {out} ({len(page):,} bytes, {calls} calls)")
   return EXIT_OK
+
+
+def report_filename(session: str) -> str:
+  """``<session>.html`` in the working folder, whatever the session id holds.
+
+  The id comes from the stored data (a lone manifest's ``session_id``, a
+  spool entry): a slash or ``..`` in it must not place the file elsewhere.
+  """
+  name = re.sub(r"[^\w.-]", "_", session).lstrip(".") or "session"
+  return f"{name}.html"
 
 
 # ------------------------------------------------------------------- flush

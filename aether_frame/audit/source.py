@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -126,12 +127,24 @@ class Source:
       if part is None:  # written by an early version, in a pseudo-session of the app
         part = await self.service.load_artifact(app_name=app, user_id=user, session_id=_LEGACY_BLOB_SESSION, filename=blob_filename(key))
       data = _part_bytes(part)
-      return key, replay_inputs.unpack_blob(data) if data is not None else None
+      return key, _unpack(data) if data is not None else None
 
     for key, data in await asyncio.gather(*(one(k) for k in todo)):
       if data is not None:
         cache[key] = data
     return cache
+
+
+def _unpack(stored: bytes) -> bytes:
+  """The blob's plain bytes; a corrupt gzip stream is returned as stored.
+
+  The key check then refuses it by name as a tampered input, instead of a
+  bare ``EOFError``/``BadGzipFile`` that names neither the blob nor the cause.
+  """
+  try:
+    return replay_inputs.unpack_blob(stored)
+  except (OSError, EOFError, zlib.error):
+    return stored
 
 
 class GcsSource(Source):
@@ -160,13 +173,15 @@ class FolderSource(Source):
   async def _candidate_sessions(self) -> list[SessionRef]:
     root = Path(self.service.root_dir) / "apps"
     out = []
-    for app_dir in sorted(root.glob(self.app or "*")):
+    for app_dir in _subdirs(root, self.app):
       if app_dir.name == self.blob_app:
         continue
-      for user_dir in sorted((app_dir / "users").glob(self.user or "*")):
-        for sess_dir in sorted((user_dir / "sessions").glob("*")):
+      users = _nested_ids(app_dir / "users", "sessions") if self.user is None else [
+          (self.user, d) for d in _subdirs(app_dir / "users", self.user)]
+      for user, user_dir in users:
+        for session, sess_dir in _nested_ids(user_dir / "sessions", "artifacts"):
           if (sess_dir / "artifacts" / self.filename).exists():
-            out.append(SessionRef(app_dir.name, user_dir.name, sess_dir.name))
+            out.append(SessionRef(app_dir.name, user, session))
     return out
 
   async def blob_scopes(self) -> list[tuple[str, str]]:
@@ -183,6 +198,35 @@ class FolderSource(Source):
       if self.app in (None, pair[0]) and self.user in (None, pair[1]) and pair not in out:
         out.append(pair)
     return out
+
+
+def _subdirs(folder: Path, name: Optional[str]) -> list[Path]:
+  """``folder``'s subfolders, or only the one called ``name``.
+
+  Matched literally, not as a glob: a user id such as ``a[1]`` or ``bob*``
+  must not select another user's manifests (``a1``, ``bobby``).
+  """
+  if name is not None:
+    return [folder / name] if (folder / name).is_dir() else []
+  return sorted(p for p in folder.glob("*") if p.is_dir())
+
+
+def _nested_ids(folder: Path, marker: str, prefix: str = "") -> list[tuple[str, Path]]:
+  """(id, folder) for each folder below ``folder`` holding a ``marker`` folder.
+
+  ADK's FileArtifactService accepts ids with slashes (``team/alice``) and
+  nests a folder per segment; listing only the first level skipped such
+  users and sessions without a word.
+  """
+  out: list[tuple[str, Path]] = []
+  if not folder.is_dir():
+    return out
+  for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+    name = prefix + sub.name
+    if (sub / marker).is_dir():
+      out.append((name, sub))
+    out += _nested_ids(sub, marker, name + "/") if sub.name != marker else []
+  return out
 
 
 class FileSource:

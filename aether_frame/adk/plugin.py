@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from ..calibration import Calibrator
 from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompilerSession
-from ..core.costing import TokenCounter
+from ..core.costing import GEMINI_2_MEDIA, MediaCounter, TokenCounter, media_rules_for_model
 from ..core.items import PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
 from ..core.policy import OverflowPolicy, PackPolicy
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
@@ -171,6 +171,7 @@ class ContextPackPlugin(BasePlugin):
       raise ValueError(f"artifact_list_timeout must be positive, got {artifact_list_timeout!r}")
     self.artifact_list_timeout = artifact_list_timeout
     self.calibrator = Calibrator()
+    self._media_counters: dict[str, TokenCounter] = {}
     self.faults = 0
     self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
     self._logged: set[str] = set()
@@ -259,11 +260,23 @@ class ContextPackPlugin(BasePlugin):
       state[CALIBRATION_KEY] = stored
     return cal
 
-  def _cache_for(self, ctx, policy: PackPolicy) -> _SessionCache:
+  def _counter_for(self, model: Optional[str]) -> TokenCounter:
+    """``self.counter``, costing media by the model family's rules (Gemini 3
+    charges 1,120 tokens for an image 2.x charged 258 for); same text counts."""
+    rules = media_rules_for_model(model)
+    if rules is GEMINI_2_MEDIA:
+      return self.counter
+    counter = self._media_counters.get(rules.name)
+    if counter is None:
+      counter = self._media_counters[rules.name] = MediaCounter(self.counter, rules)
+    return counter
+
+  def _cache_for(self, ctx, policy: PackPolicy, counter: Optional[TokenCounter] = None) -> _SessionCache:
+    counter = counter or self.counter
     key = self._key(ctx)
     cache = self._sessions.get(key)
-    if cache is None or cache.compiler.policy is not policy:
-      cache = _SessionCache(CompilerSession(policy, self.counter, ranker=self.ranker, history_index=self._index_factory()))
+    if cache is None or cache.compiler.policy is not policy or cache.compiler.counter is not counter:
+      cache = _SessionCache(CompilerSession(policy, counter, ranker=self.ranker, history_index=self._index_factory()))
       self._sessions[key] = cache
       while len(self._sessions) > _MAX_SESSIONS:
         self._sessions.popitem(last=False)
@@ -293,7 +306,7 @@ class ContextPackPlugin(BasePlugin):
     cache.compiler.truncate_history(keep_groups)
     spans = [(s + restart, e + restart) for s, e in sources.group_spans(history[restart:])]
     items = [
-        sources.group_item(history, span, self.counter, cache.events.by_fp.get(fps[span[0]]), fps)
+        sources.group_item(history, span, cache.compiler.counter, cache.events.by_fp.get(fps[span[0]]), fps)
         for span in spans
     ]
     cache.compiler.extend_history(items)
@@ -306,7 +319,8 @@ class ContextPackPlugin(BasePlugin):
     agent = ctx.agent_name
     policy = self._policy_for(agent)
     contents = list(llm_request.contents or [])
-    cache = self._cache_for(ctx, policy)
+    counter = self._counter_for(llm_request.model)
+    cache = self._cache_for(ctx, policy, counter)
     cache.events.update(ctx.session.events)
     # The conversation proper, as positions in ``contents``: ADK's instruction
     # contents are neither history nor the user turn.
@@ -369,12 +383,12 @@ class ContextPackPlugin(BasePlugin):
     inflight_fps = [sources.fingerprint(c) for c in inflight_contents]
     # Pinned contents outside the history, in request order: the in-flight
     # steps and the instruction contents, charged like the in-flight steps.
-    pinned = [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor)))
+    pinned = [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter))
               for n, i in enumerate(sorted(instructions))]
-    pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), kind="input_context"))
+    pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter, kind="input_context"))
                for n, i in enumerate(sorted(transient))]
     for s, e in sources.group_spans(inflight_contents):
-      it = sources.group_item(inflight_contents, (s, e), self.counter, None, inflight_fps)
+      it = sources.group_item(inflight_contents, (s, e), counter, None, inflight_fps)
       pinned.append((inflight_at[s], it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"})))
     inflight = [it for _, it in sorted(pinned, key=lambda x: x[0])]
 
@@ -411,7 +425,7 @@ class ContextPackPlugin(BasePlugin):
       new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
 
     guard = check_request(
-        new_contents, new_config, self.counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
+        new_contents, new_config, counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
         last_role=contents[-1].role,
     )
     fallback = None
@@ -420,7 +434,7 @@ class ContextPackPlugin(BasePlugin):
       new_contents = _in_order(contents, keep, convo[anchor], _payload_message(pack.minimal_payload, user, user_text))
       self._log_once("guard:" + _shape(guard.problems[0]), logging.WARNING,
                      "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
-    estimate = guard.tokens if fallback is None else count_request(new_contents, new_config, self.counter)
+    estimate = guard.tokens if fallback is None else count_request(new_contents, new_config, counter)
 
     llm_request.contents = new_contents
     llm_request.config = new_config
@@ -447,13 +461,14 @@ class ContextPackPlugin(BasePlugin):
         "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
     }
 
-  def _instruction_item(self, n: int, content: types.Content, placement: Optional[str], kind: str = "instruction") -> Item:
+  def _instruction_item(self, n: int, content: types.Content, placement: Optional[str], counter: TokenCounter,
+                        kind: str = "instruction") -> Item:
     """The ``n``-th instruction (or input context) content as a pinned in-flight item: charged, never trimmed."""
     return Item(
         id=f"{kind}:{n}", layer=Layer.CONVERSATION, role=content.role, kind=kind,
         text=" ".join(p.text for p in content.parts or () if p.text),
         parts=[sources.part_dict(p) for p in content.parts or ()],
-        tokens=sources.contents_tokens([content], self.counter), pinned=True, trust=Trust.DEVELOPER,
+        tokens=sources.contents_tokens([content], counter), pinned=True, trust=Trust.DEVELOPER,
         meta={PLACEMENT: placement} if placement else {},
     )
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from ..core import manifest as manifest_doc
 from ..core.canonical import canonical_json
 from ..core.compiler import CompiledPack, CompileInput, compile_pack
-from ..core.costing import EstimatingCounter, TokenCounter
+from ..core.costing import GEMINI_2_MEDIA, GEMINI_3_MEDIA, EstimatingCounter, MediaCounter, TokenCounter
 from ..core.policy import PackPolicy
 from . import inputs as replay_inputs
 from .source import StoredCall
@@ -27,17 +27,25 @@ _IGNORED = (replay_inputs.INPUTS_KEY,)
 
 # ------------------------------------------------------------------- rebuild
 def counter_for(tokenizer: dict[str, Any]) -> TokenCounter:
-  """The counter a manifest was costed with, as this machine has it."""
+  """The counter a manifest was costed with, as this machine has it (media rules included)."""
   name = str(tokenizer.get("name", ""))
   if name.startswith("tiktoken:"):
     from ..tokenizers import get_counter
-    return get_counter(name.split(":", 1)[1])
-  if name.startswith("estimate:"):
-    return EstimatingCounter(
+    base = get_counter(name.split(":", 1)[1])
+  elif name.startswith("estimate:"):
+    base = EstimatingCounter(
         safety_factor=float(tokenizer.get("safety_factor", 1.25)),
         fallback_for=tokenizer.get("fallback_for"), reason=tokenizer.get("reason"),
     )
-  raise ValueError(f"unknown tokenizer {name!r} in manifest")
+  else:
+    raise ValueError(f"unknown tokenizer {name!r} in manifest")
+  media = tokenizer.get("media")
+  if media is None:
+    return base
+  rules = {r.name: r for r in (GEMINI_2_MEDIA, GEMINI_3_MEDIA)}.get(media)
+  if rules is None:
+    raise ValueError(f"unknown media rules {media!r} in manifest")
+  return MediaCounter(base, rules)
 
 
 def default_ranking() -> tuple[Any, Callable[[], Any]]:

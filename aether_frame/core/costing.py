@@ -15,6 +15,7 @@ import json
 import math
 import re
 import sys
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 __all__ = [
@@ -38,6 +39,11 @@ __all__ = [
     "PDF_UNKNOWN_PAGES",
     "PDF_MAX_PAGES",
     "UNKNOWN_MEDIA_TOKENS",
+    "MediaRules",
+    "GEMINI_2_MEDIA",
+    "GEMINI_3_MEDIA",
+    "MediaCounter",
+    "media_rules_for_model",
     "canonical_json",
     "image_tokens",
     "image_dimensions",
@@ -111,6 +117,93 @@ PDF_MAX_PAGES = 1000  # "Gemini supports a maximum of 1,000 document pages"; 0 p
 # count, size unknown): cost it like one image of unknown size. For text this
 # is a guess (~5 KB of prose), not a bound: inline text to have it counted.
 UNKNOWN_MEDIA_TOKENS = IMAGE_UNKNOWN_TOKENS
+
+
+@dataclass(frozen=True)
+class MediaRules:
+  """How a model family charges images and PDF pages (text is the counter's job).
+
+  Gemini 3 spends a fixed budget per image or page, set by the part's
+  ``media_resolution`` (HIGH, 1,120 tokens, for an image by default; MEDIUM,
+  560, for a PDF page), where Gemini 2.x charged 258 per 768 px tile: a small
+  image costs 4x more on Gemini 3, so costing it by the 2.x rule under-counts.
+  ``levels`` empty: the 2.x rule. Video and audio keep the 2.x rates for both
+  (263 tokens per second of video is above Gemini 3's default of 70 per frame).
+  """
+
+  name: str
+  levels: Mapping[str, int] = field(default_factory=dict)
+  """``media_resolution`` level -> tokens per image or page; empty for the 2.x rule."""
+  image_default: str = ""
+  pdf_default: str = ""
+
+
+GEMINI_2_MEDIA = MediaRules("gemini-2")
+GEMINI_3_MEDIA = MediaRules(
+    "gemini-3",
+    levels={
+        "MEDIA_RESOLUTION_LOW": 280,
+        "MEDIA_RESOLUTION_MEDIUM": 560,
+        "MEDIA_RESOLUTION_HIGH": 1120,
+        "MEDIA_RESOLUTION_ULTRA_HIGH": 2240,
+    },
+    image_default="MEDIA_RESOLUTION_HIGH",
+    pdf_default="MEDIA_RESOLUTION_MEDIUM",
+)
+_GEMINI_3_MODEL_RE = re.compile(r"gemini-(?:3(?:[.-]|$)|(?:flash|flash-lite|pro)-latest$)")
+
+
+def media_rules_for_model(model: str | None) -> MediaRules:
+  """Gemini 3.x (and the ``-latest`` aliases, which follow the newest family): Gemini 3
+  rules; every other model: the 2.x rule the costing had before model awareness."""
+  name = (model or "").rsplit("/", 1)[-1].lower()
+  return GEMINI_3_MEDIA if _GEMINI_3_MODEL_RE.match(name) else GEMINI_2_MEDIA
+
+
+def media_rules_of(counter: Any) -> MediaRules:
+  return getattr(counter, "media_rules", None) or GEMINI_2_MEDIA
+
+
+def _level_tokens(part: Mapping[str, Any], rules: MediaRules, default: str) -> int:
+  """Tokens of one image or page under level-based rules: the part's own
+  ``media_resolution`` (``num_tokens`` when given, else its level), else ``default``."""
+  res = part.get("media_resolution")
+  if isinstance(res, Mapping):
+    n = _finite(res.get("num_tokens"))
+    if n is not None and n >= 1:
+      return math.ceil(n)
+    level = res.get("level")
+    if isinstance(level, str) and level in rules.levels:
+      return rules.levels[level]
+  return rules.levels[default]
+
+
+class MediaCounter:
+  """A ``TokenCounter`` that costs media by ``rules``: the same text counts
+  (and cache) as ``base``; the manifest's tokenizer names the rules."""
+
+  def __init__(self, base: Any, rules: MediaRules) -> None:
+    self.base = base
+    self.media_rules = rules
+    self.name = base.name
+    self.exact = base.exact
+    self.version = base.version
+
+  def count(self, text: str) -> int:
+    return self.base.count(text)
+
+  def count_many(self, texts: Sequence[str]) -> list[int]:
+    return self.base.count_many(texts)
+
+  def describe(self) -> dict[str, Any]:
+    return {**self.base.describe(), "media": self.media_rules.name}
+
+  def __getattr__(self, name: str) -> Any:  # clear_cache, encoding_name, ...
+    return getattr(self.base, name)
+
+  def __repr__(self) -> str:
+    return f"MediaCounter({self.base!r}, {self.media_rules.name!r})"
+
 
 # Part keys that are metadata, not model input (or consumed by the media rules).
 _META_KEYS = frozenset({
@@ -348,7 +441,7 @@ def _fps(part: Mapping[str, Any]) -> float:
 # ---------------------------------------------------------------------------
 
 
-def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str]) -> int:
+def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str], rules: MediaRules = GEMINI_2_MEDIA) -> int:
   """Fixed cost of inline_data/file_data; text/* inline payloads go to ``texts``."""
   blob = part.get(key)
   if not isinstance(blob, Mapping):
@@ -357,6 +450,8 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str]) -> int:
   mime = str(blob.get("mime_type") or "").lower()
   data = blob.get("data") if key == "inline_data" else None
   if mime.startswith("image/"):
+    if rules.levels:
+      return _level_tokens(part, rules, rules.image_default)
     width = part.get("width", blob.get("width"))
     height = part.get("height", blob.get("height"))
     if (_pixels(width) is None or _pixels(height) is None) and data:
@@ -378,7 +473,8 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str]) -> int:
     pages = _finite(blob.get("pages", part.get("pages")))
     if pages is None or pages < 0:
       pages = PDF_UNKNOWN_PAGES
-    return min(max(math.ceil(pages), 1), PDF_MAX_PAGES) * PDF_TOKENS_PER_PAGE
+    per_page = _level_tokens(part, rules, rules.pdf_default) if rules.levels else PDF_TOKENS_PER_PAGE
+    return min(max(math.ceil(pages), 1), PDF_MAX_PAGES) * per_page
   if data and (mime.startswith("text/") or mime in ("application/json", "application/xml")):
     # Gemini reads text payloads as text: count the decoded characters.
     try:
@@ -389,10 +485,10 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str]) -> int:
       return 0
     except (binascii.Error, ValueError):
       pass
-  return UNKNOWN_MEDIA_TOKENS
+  return max(UNKNOWN_MEDIA_TOKENS, _level_tokens(part, rules, rules.image_default)) if rules.levels else UNKNOWN_MEDIA_TOKENS
 
 
-def _function_response_tokens(value: Any, texts: list[str]) -> int:
+def _function_response_tokens(value: Any, texts: list[str], rules: MediaRules = GEMINI_2_MEDIA) -> int:
   """Fixed cost of a function_response; its JSON (minus ``parts``) goes to ``texts``.
 
   A multimodal tool result carries media in ``parts`` (inline_data/file_data),
@@ -408,7 +504,7 @@ def _function_response_tokens(value: Any, texts: list[str]) -> int:
   fixed = 0
   for sub in sub_parts:
     if isinstance(sub, Mapping):
-      t, f = part_texts_and_fixed(sub)
+      t, f = part_texts_and_fixed(sub, rules)
       texts.extend(t)
       fixed += f
     else:
@@ -416,7 +512,7 @@ def _function_response_tokens(value: Any, texts: list[str]) -> int:
   return fixed
 
 
-def part_texts_and_fixed(part: Mapping[str, Any]) -> tuple[list[str], int]:
+def part_texts_and_fixed(part: Mapping[str, Any], rules: MediaRules = GEMINI_2_MEDIA) -> tuple[list[str], int]:
   """Splits a Part dict into texts to tokenize and a fixed (media) token cost.
 
   Exposed so callers can batch many parts into one ``count_many`` call.
@@ -432,7 +528,7 @@ def part_texts_and_fixed(part: Mapping[str, Any]) -> tuple[list[str], int]:
     elif key == "function_call":
       texts.append(canonical_json(value))
     elif key == "function_response":
-      fixed += _function_response_tokens(value, texts)
+      fixed += _function_response_tokens(value, texts, rules)
     elif key == "executable_code":
       code = value.get("code") if isinstance(value, Mapping) else value
       texts.append(code if isinstance(code, str) else canonical_json(value))
@@ -440,7 +536,7 @@ def part_texts_and_fixed(part: Mapping[str, Any]) -> tuple[list[str], int]:
       out = value.get("output") if isinstance(value, Mapping) else value
       texts.append(out if isinstance(out, str) else canonical_json(value))
     elif key in ("inline_data", "file_data"):
-      fixed += _media_tokens(part, key, texts)
+      fixed += _media_tokens(part, key, texts, rules)
     else:
       unknown[key] = value
   if unknown:
@@ -450,7 +546,7 @@ def part_texts_and_fixed(part: Mapping[str, Any]) -> tuple[list[str], int]:
 
 def count_part(part: Mapping[str, Any], counter: TokenCounter) -> int:
   """Tokens of one Part dict (see module docstring for the per-field rules)."""
-  texts, fixed = part_texts_and_fixed(part)
+  texts, fixed = part_texts_and_fixed(part, media_rules_of(counter))
   if not texts:
     return fixed
   return fixed + sum(counter.count_many(texts))
@@ -471,10 +567,11 @@ def count_parts_many(
   """
   texts: list[str] = []
   spans: list[tuple[int, int, int]] = []
+  rules = media_rules_of(counter)
   for parts in part_lists:
     start, fixed = len(texts), 0
     for part in parts or ():
-      t, f = part_texts_and_fixed(part)
+      t, f = part_texts_and_fixed(part, rules)
       texts.extend(t)
       fixed += f
     spans.append((start, len(texts), fixed))

@@ -25,8 +25,11 @@ class GuardResult:
 
 
 def count_request(contents: Sequence[types.Content], config: types.GenerateContentConfig, counter: TokenCounter) -> int:
-  """Our tokenizer's count of the whole request: system + tools + contents."""
+  """Our tokenizer's count of the whole request: system + response schema + tools + contents."""
   total = counter.count(sources.system_text(config)) if config.system_instruction else 0
+  schema = sources.response_schema_text(config)
+  if schema:
+    total += counter.count(schema)
   decls = [
       d.model_dump(mode="json", exclude_none=True)
       for tool in (config.tools or ())

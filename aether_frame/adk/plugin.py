@@ -49,7 +49,7 @@ from ..core.items import PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, L
 from ..core.policy import OverflowPolicy, PackPolicy
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
-from ..core.windows import ModelWindows
+from ..core.windows import ModelWindows, UnknownModelWindow
 from ..tokenizers import get_counter
 from . import sources
 from .guard import check_request, count_request, pending_calls
@@ -71,6 +71,11 @@ try:  # How ADK labels a dynamic instruction it sends as a user content.
   _LABEL_TAIL: Optional[str] = f"\n{_INSTRUCTION_END}"
 except ImportError:  # pragma: no cover - an ADK that does not label them
   _LABEL_HEAD = _LABEL_TAIL = None
+
+try:  # ADK's model that fails over to backups (experimental in 2.x)
+  from google.adk.models._fallback_model import FallbackModel as _FallbackModel
+except ImportError:  # pragma: no cover - an ADK without it
+  _FallbackModel = None
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("aether_frame")
@@ -104,11 +109,14 @@ class _Sent:
 
   ``actions`` is that call's event actions, shared by its before and after
   callbacks: a response is compared only with its own request's estimate.
+  ``request`` is the request object itself: a ``FallbackModel`` renames it to
+  the model it hands it to, so after the call it names the model that answered.
   """
 
   actions: Any
   model: str
   estimate: int
+  request: Any = None
 
 
 @dataclass
@@ -199,6 +207,13 @@ class ContextPackPlugin(BasePlugin):
                      "its requests are sent unmodified, without a context pack or manifest",
                      callback_context.agent_name)
       return None
+    if _is_live(callback_context):
+      # Live, the callback screens a copy of one message (the connection sends
+      # the message and its own history): a pack built from it is never sent.
+      self._log_once("live:" + callback_context.agent_name, logging.WARNING,
+                     "agent %s runs a live (bidi) session, whose model callback only screens a copy of each "
+                     "message; it is not packed and writes no manifest", callback_context.agent_name)
+      return None
     try:
       # A request sent unmodified is not estimated, so nothing of an earlier
       # call may be left for after_model to compare it with.
@@ -222,11 +237,14 @@ class ContextPackPlugin(BasePlugin):
       sent = cache.sent if cache else None
       if sent is not None and actual and sent.actions is callback_context.actions:
         cache.sent = None
-        self.calibrator.observe(sent.model, sent.estimate, actual)
+        # The provider's count is its own tokenizer's: learn it for the model
+        # that answered (a FallbackModel's backup), not the one first named.
+        answered = getattr(sent.request, "model", None) or sent.model
+        self.calibrator.observe(answered, sent.estimate, actual)
         # The session's own calibration drives its budgets, so any worker that
         # picks the session up compiles the same pack.
         session_cal = self._session_calibration(callback_context.state)
-        session_cal.observe(sent.model, sent.estimate, actual)
+        session_cal.observe(answered, sent.estimate, actual)
         callback_context.state[CALIBRATION_KEY] = session_cal.to_dict(settings=False)
     except Exception as e:
       self._record_fault(callback_context, e, "after_model")
@@ -270,6 +288,24 @@ class ContextPackPlugin(BasePlugin):
     if counter is None:
       counter = self._media_counters[rules.name] = MediaCounter(self.counter, rules)
     return counter
+
+  def _window_for(self, ctx, model: Optional[str]) -> int:
+    """The request model's window, or for a ``FallbackModel`` the smallest of its models'.
+
+    ADK builds the request once, names the primary on it, and any of the
+    models may answer it: a pack sized for the primary overflows a smaller
+    backup, just when the primary is failing. A backup the registry does not
+    know cannot be sized for; it is named in a warning, not a fault.
+    """
+    window = self.windows.lookup(model)
+    for name in _fallback_backups(ctx, model):
+      try:
+        window = min(window, self.windows.lookup(name))
+      except UnknownModelWindow:
+        self._log_once("fallback-window:" + name, logging.WARNING,
+                       "FallbackModel backup %r has no known window; packs are sized without it "
+                       "(set window_overrides={%r: ...})", name, name)
+    return window
 
   def _cache_for(self, ctx, policy: PackPolicy, counter: Optional[TokenCounter] = None) -> _SessionCache:
     counter = counter or self.counter
@@ -332,7 +368,7 @@ class ContextPackPlugin(BasePlugin):
     if anchor is None:
       self._log_once("no-user-turn", logging.INFO, "request has no user turn; sent unmodified")
       return
-    window = self.window or self.windows.lookup(llm_request.model)
+    window = self.window or self._window_for(ctx, llm_request.model)
     history = [contents[i] for i in convo[:anchor]]
     self._sync_history(cache, history)
     state = ctx.state
@@ -357,6 +393,9 @@ class ContextPackPlugin(BasePlugin):
     sys_text = sources.system_text(llm_request.config)
     new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
     items.append(Item(id="system:instruction", layer=Layer.SYSTEM, text=new_system, trust=Trust.SYSTEM, pinned=True))
+    schema = sources.response_schema_text(llm_request.config)
+    if schema:  # output_schema: sent with the request and counted toward the prompt
+      items.append(Item(id="system:response_schema", layer=Layer.SYSTEM, text=schema, trust=Trust.SYSTEM, pinned=True))
     items.extend(sources.plan_items(plan))
     items.append(Item(
         id="task:user_request", layer=Layer.TASK, kind="user_request", text=user_text, trust=Trust.USER,
@@ -394,7 +433,8 @@ class ContextPackPlugin(BasePlugin):
 
     model = llm_request.model or ""
     calibration = self._session_calibration(state)
-    scale = calibration.scale(model, policy.calibration_margin)
+    # Sized for whichever of a FallbackModel's models answers: the largest scale.
+    scale = max(calibration.scale(m, policy.calibration_margin) for m in [model, *_fallback_backups(ctx, model)])
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     hint = cache.tail_hint or state.get(TAIL_KEY_PREFIX + agent)
     call = CallInputs(
@@ -440,7 +480,7 @@ class ContextPackPlugin(BasePlugin):
     llm_request.config = new_config
     scoped.apply_tools_dict(llm_request)
     cache.tail_hint = pack.tail_start_id
-    cache.sent = _Sent(ctx.actions, model, estimate)
+    cache.sent = _Sent(ctx.actions, model, estimate, llm_request)
     state[TAIL_KEY_PREFIX + agent] = pack.tail_start_id
     if not pack.valid:
       self._log_once("invalid:" + _shape(";".join(pack.problems)), logging.WARNING,
@@ -571,6 +611,27 @@ def _packed_by_agent(ctx) -> bool:
     callbacks = getattr(agent, "canonical_before_model_callbacks", None) or ()
     return any(isinstance(getattr(cb, "plugin", None), ContextPackPlugin) for cb in callbacks)
   except Exception:  # fail-open: an agent of another shape is packed by the plugin
+    return False
+
+
+def _fallback_backups(ctx, model: Optional[str]) -> list[str]:
+  """The backup model names of the agent's ``FallbackModel``, when the request names its primary."""
+  try:
+    llm = getattr(ctx.get_invocation_context().agent, "canonical_model", None)
+  except Exception:  # an agent of another shape, or a model name ADK cannot resolve
+    return []
+  if _FallbackModel is None or not isinstance(llm, _FallbackModel) or not model or llm.model != model:
+    return []
+  names = [e if isinstance(e, str) else getattr(e, "model", "") for e in llm.models[1:]]
+  return [n for n in names if n]
+
+
+def _is_live(ctx) -> bool:
+  """Whether the call belongs to a live (bidi) session, or a run ADK routes through one (``support_cfc``)."""
+  try:
+    ic = ctx.get_invocation_context()
+    return ic.live_request_queue is not None or getattr(ic.run_config, "support_cfc", False) is True
+  except Exception:  # a context of another shape: packed as usual
     return False
 
 

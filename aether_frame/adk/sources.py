@@ -7,6 +7,7 @@ so a pending call or a confirmation request is pinned.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from datetime import datetime
 from typing import Any, Optional, Sequence
 
 from google.genai import types
+from pydantic import BaseModel, TypeAdapter
 
 from ..core.canonical import canonical_json
 from ..core.costing import MESSAGE_OVERHEAD, TokenCounter, count_content
@@ -365,6 +367,43 @@ def system_text(config: types.GenerateContentConfig) -> str:
   if isinstance(si, list):
     return "\n".join(x if isinstance(x, str) else (getattr(x, "text", "") or "") for x in si)
   return str(si)
+
+
+def response_schema_text(config: Optional[types.GenerateContentConfig]) -> str:
+  """The request's structured-output schema as canonical JSON ("" if none).
+
+  ADK puts an agent's ``output_schema`` in ``config.response_schema`` (a
+  pydantic class, a ``Schema``, a dict or a ``list[...]`` type); the provider
+  counts the schema toward the prompt, so the budget must too.
+  """
+  out: dict[str, Any] = {}
+  for name in ("response_schema", "response_json_schema"):
+    value = getattr(config, name, None) if config is not None else None
+    if value is not None:
+      out[name] = _schema_json(value)
+  return canonical_json(out) if out else ""
+
+
+def _schema_json(value: Any) -> Any:
+  if isinstance(value, BaseModel):
+    return value.model_dump(mode="json", exclude_none=True)
+  if isinstance(value, (dict, list, str, int, float, bool)):
+    return value
+  try:
+    return _type_schema(value)  # the same class every call: built once
+  except TypeError:  # unhashable: not a type
+    return _type_schema.__wrapped__(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _type_schema(value: Any) -> Any:
+  """JSON schema of a pydantic class or a typing form (``list[Model]``, ``list[str]``)."""
+  if isinstance(value, type) and issubclass(value, BaseModel):
+    return value.model_json_schema()
+  try:
+    return TypeAdapter(value).json_schema()
+  except Exception:  # a form pydantic cannot describe: costed by its repr
+    return repr(value)
 
 
 @dataclass

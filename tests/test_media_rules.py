@@ -17,6 +17,7 @@ from google.genai import types
 from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.audit.replay import counter_for
 from aether_frame.core.costing import (
+    EstimatingCounter,
     GEMINI_2_MEDIA,
     GEMINI_3_MEDIA,
     MediaCounter,
@@ -116,3 +117,24 @@ async def test_the_plugin_costs_a_gemini_3_request_by_gemini_3_rules():
   # The same request, one image: the estimates differ by exactly the image's two prices.
   assert new["runtime"]["request_tokens_estimate"] - old["runtime"]["request_tokens_estimate"] == 1120 - 258
   assert new["layers"]["task"]["used"] - old["layers"]["task"]["used"] == 1120 - 258
+
+
+def test_a_media_counter_survives_copy_and_pickle():
+  import copy
+  import pickle
+
+  twin = copy.copy(GEMINI_3)
+  assert twin.media_rules is GEMINI_3_MEDIA and count_part(_image(), twin) == 1120
+  # (tiktoken's own encoder cannot be pickled; the estimating counter can)
+  again = pickle.loads(pickle.dumps(MediaCounter(EstimatingCounter(), GEMINI_3_MEDIA)))
+  assert again.describe()["media"] == "gemini-3" and count_part(_image(), again) == 1120
+
+
+def test_request_level_resolution_is_the_default_for_parts_without_one():
+  high = MediaCounter(COUNTER, GEMINI_3_MEDIA.for_request("MEDIA_RESOLUTION_LOW"))
+  assert count_part(_image(), high) == 280
+  assert count_part(_image("MEDIA_RESOLUTION_HIGH"), high) == 1120  # the part's own level wins
+  assert high.describe()["media"] == "gemini-3@MEDIA_RESOLUTION_LOW"
+  assert count_part(_image(), counter_for(high.describe())) == 280  # replay rebuilds it
+  assert GEMINI_3_MEDIA.for_request("MEDIA_RESOLUTION_UNSPECIFIED") is GEMINI_3_MEDIA
+  assert GEMINI_2_MEDIA.for_request("MEDIA_RESOLUTION_LOW") is GEMINI_2_MEDIA

@@ -35,7 +35,7 @@ import time
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Optional
+from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence
 
 from google.genai import types
 from opentelemetry import trace
@@ -76,6 +76,8 @@ try:  # ADK's model that fails over to backups (experimental in 2.x)
   from google.adk.models._fallback_model import FallbackModel as _FallbackModel
 except ImportError:  # pragma: no cover - an ADK without it
   _FallbackModel = None
+
+_MAX_LOG_KEYS = 1000
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("aether_frame")
@@ -182,7 +184,7 @@ class ContextPackPlugin(BasePlugin):
     self._media_counters: dict[str, TokenCounter] = {}
     self.faults = 0
     self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
-    self._logged: set[str] = set()
+    self._logged: OrderedDict[str, None] = OrderedDict()
     self._fault_injector = _fault_injector
 
   def _default_index_factory(self) -> HistoryIndex:
@@ -278,10 +280,12 @@ class ContextPackPlugin(BasePlugin):
       state[CALIBRATION_KEY] = stored
     return cal
 
-  def _counter_for(self, model: Optional[str]) -> TokenCounter:
-    """``self.counter``, costing media by the model family's rules (Gemini 3
-    charges 1,120 tokens for an image 2.x charged 258 for); same text counts."""
-    rules = media_rules_for_model(model)
+  def _counter_for(self, models: Sequence[Optional[str]], config: Any = None) -> TokenCounter:
+    """``self.counter``, costing media by the rules of ``models`` (Gemini 3 charges
+    1,120 tokens for an image 2.x charged 258 for; of a FallbackModel's models, the
+    dearest) under the request's ``media_resolution``; the same text counts."""
+    rules = max((media_rules_for_model(m) for m in models), key=lambda r: bool(r.levels), default=GEMINI_2_MEDIA)
+    rules = rules.for_request(getattr(config, "media_resolution", None))
     if rules is GEMINI_2_MEDIA:
       return self.counter
     counter = self._media_counters.get(rules.name)
@@ -355,7 +359,7 @@ class ContextPackPlugin(BasePlugin):
     agent = ctx.agent_name
     policy = self._policy_for(agent)
     contents = list(llm_request.contents or [])
-    counter = self._counter_for(llm_request.model)
+    counter = self._counter_for([llm_request.model, *_fallback_backups(ctx, llm_request.model)], llm_request.config)
     cache = self._cache_for(ctx, policy, counter)
     cache.events.update(ctx.session.events)
     # The conversation proper, as positions in ``contents``: ADK's instruction
@@ -550,7 +554,9 @@ class ContextPackPlugin(BasePlugin):
     frames = traceback.extract_tb(error.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
     outcome = "request sent unmodified" if callback == "before_model" else "response not used for calibration"
-    self._log_once(f"fault:{callback}:{type(error).__qualname__}:{where}", logging.ERROR,
+    # Each unknown model is named once (its message has no counts in it).
+    which = f":{error}" if isinstance(error, UnknownModelWindow) else ""
+    self._log_once(f"fault:{callback}:{type(error).__qualname__}:{where}{which}", logging.ERROR,
                    "aether-frame fault in %s_callback; %s: %r", callback, outcome, error, exc_info=error)
     try:
       ctx.state[LAST_FAULT_KEY] = {"error": type(error).__name__, "message": str(error)[:500], "count": self.faults}
@@ -558,10 +564,14 @@ class ContextPackPlugin(BasePlugin):
       pass
 
   def _log_once(self, key: str, level: int, msg: str, *args, exc_info=None) -> None:
+    """Logs ``key``'s message once; the most recent 1,000 keys are remembered, so a
+    long-lived plugin neither grows without bound nor repeats a warning every call."""
     if key in self._logged:
+      self._logged.move_to_end(key)
       return
-    if len(self._logged) < 1000:
-      self._logged.add(key)
+    self._logged[key] = None
+    if len(self._logged) > _MAX_LOG_KEYS:
+      self._logged.popitem(last=False)
     logger.log(level, msg, *args, exc_info=exc_info)
 
 

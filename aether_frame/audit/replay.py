@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from ..core import manifest as manifest_doc
 from ..core.canonical import canonical_json
 from ..core.compiler import CompiledPack, CompileInput, compile_pack
-from ..core.costing import GEMINI_2_MEDIA, GEMINI_3_MEDIA, EstimatingCounter, MediaCounter, TokenCounter
+from ..core.costing import EstimatingCounter, MediaCounter, TokenCounter, media_rules_named
 from ..core.policy import PackPolicy
 from . import inputs as replay_inputs
 from .source import StoredCall
@@ -42,10 +42,7 @@ def counter_for(tokenizer: dict[str, Any]) -> TokenCounter:
   media = tokenizer.get("media")
   if media is None:
     return base
-  rules = {r.name: r for r in (GEMINI_2_MEDIA, GEMINI_3_MEDIA)}.get(media)
-  if rules is None:
-    raise ValueError(f"unknown media rules {media!r} in manifest")
-  return MediaCounter(base, rules)
+  return MediaCounter(base, media_rules_named(str(media)))
 
 
 def default_ranking() -> tuple[Any, Callable[[], Any]]:

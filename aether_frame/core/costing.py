@@ -15,6 +15,7 @@ import json
 import math
 import re
 import sys
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -44,6 +45,7 @@ __all__ = [
     "GEMINI_3_MEDIA",
     "MediaCounter",
     "media_rules_for_model",
+    "media_rules_named",
     "canonical_json",
     "image_tokens",
     "image_dimensions",
@@ -121,14 +123,16 @@ UNKNOWN_MEDIA_TOKENS = IMAGE_UNKNOWN_TOKENS
 
 @dataclass(frozen=True)
 class MediaRules:
-  """How a model family charges images and PDF pages (text is the counter's job).
+  """How a model family charges images, PDF pages and video frames (text is the counter's job).
 
-  Gemini 3 spends a fixed budget per image or page, set by the part's
-  ``media_resolution`` (HIGH, 1,120 tokens, for an image by default; MEDIUM,
-  560, for a PDF page), where Gemini 2.x charged 258 per 768 px tile: a small
-  image costs 4x more on Gemini 3, so costing it by the 2.x rule under-counts.
-  ``levels`` empty: the 2.x rule. Video and audio keep the 2.x rates for both
-  (263 tokens per second of video is above Gemini 3's default of 70 per frame).
+  Gemini 3 spends a fixed budget per image, page or frame, set by the
+  ``media_resolution`` of the part or else of the request (HIGH, 1,120 tokens,
+  for an image by default; MEDIUM, 560, for a PDF page; 70 per video frame,
+  280 at HIGH), where Gemini 2.x charged 258 per 768 px tile: a small image
+  costs 4x more on Gemini 3, so costing it by the 2.x rule under-counts.
+  ``levels`` empty: the 2.x rule. Video costs the larger of the two rules (the
+  2.x 263 tokens a second is above Gemini 3's default, not above its HIGH);
+  audio keeps its 32 tokens a second on both.
   """
 
   name: str
@@ -136,6 +140,19 @@ class MediaRules:
   """``media_resolution`` level -> tokens per image or page; empty for the 2.x rule."""
   image_default: str = ""
   pdf_default: str = ""
+  video_levels: Mapping[str, int] = field(default_factory=dict)
+  """``media_resolution`` level -> tokens per video frame."""
+  video_default: str = ""
+  request_level: str = ""
+  """The request's own ``media_resolution`` (``GenerateContentConfig``): the default
+  for every part that sets none, as the API applies it."""
+
+  def for_request(self, level: Any) -> "MediaRules":
+    """These rules under a request-wide ``media_resolution`` (unknown levels: unchanged)."""
+    level = getattr(level, "value", level)
+    if not self.levels or not isinstance(level, str) or level not in self.levels or level == self.request_level:
+      return self
+    return dataclasses.replace(self, name=f"{self.name.split('@')[0]}@{level}", request_level=level)
 
 
 GEMINI_2_MEDIA = MediaRules("gemini-2")
@@ -149,7 +166,23 @@ GEMINI_3_MEDIA = MediaRules(
     },
     image_default="MEDIA_RESOLUTION_HIGH",
     pdf_default="MEDIA_RESOLUTION_MEDIUM",
+    video_levels={
+        "MEDIA_RESOLUTION_LOW": 70,
+        "MEDIA_RESOLUTION_MEDIUM": 70,
+        "MEDIA_RESOLUTION_HIGH": 280,
+        "MEDIA_RESOLUTION_ULTRA_HIGH": 280,
+    },
+    video_default="MEDIA_RESOLUTION_MEDIUM",
 )
+
+
+def media_rules_named(name: str) -> MediaRules:
+  """The rules a manifest's ``tokenizer.media`` names (``gemini-3@MEDIA_RESOLUTION_HIGH``)."""
+  family, _, level = name.partition("@")
+  base = {r.name: r for r in (GEMINI_2_MEDIA, GEMINI_3_MEDIA)}.get(family)
+  if base is None or (level and level not in base.levels):
+    raise ValueError(f"unknown media rules {name!r} in manifest")
+  return base.for_request(level) if level else base
 _GEMINI_3_MODEL_RE = re.compile(r"gemini-(?:3(?:[.-]|$)|(?:flash|flash-lite|pro)-latest$)")
 
 
@@ -164,18 +197,20 @@ def media_rules_of(counter: Any) -> MediaRules:
   return getattr(counter, "media_rules", None) or GEMINI_2_MEDIA
 
 
-def _level_tokens(part: Mapping[str, Any], rules: MediaRules, default: str) -> int:
-  """Tokens of one image or page under level-based rules: the part's own
-  ``media_resolution`` (``num_tokens`` when given, else its level), else ``default``."""
+def _level_tokens(part: Mapping[str, Any], rules: MediaRules, default: str, table: Mapping[str, int] | None = None) -> int:
+  """Tokens of one image, page or frame under level-based rules: the part's own
+  ``media_resolution`` (``num_tokens`` when given, else its level), else the
+  request's level, else ``default``."""
+  table = rules.levels if table is None else table
   res = part.get("media_resolution")
   if isinstance(res, Mapping):
     n = _finite(res.get("num_tokens"))
     if n is not None and n >= 1:
       return math.ceil(n)
     level = res.get("level")
-    if isinstance(level, str) and level in rules.levels:
-      return rules.levels[level]
-  return rules.levels[default]
+    if isinstance(level, str) and level in table:
+      return table[level]
+  return table.get(rules.request_level) or table[default]
 
 
 class MediaCounter:
@@ -199,6 +234,8 @@ class MediaCounter:
     return {**self.base.describe(), "media": self.media_rules.name}
 
   def __getattr__(self, name: str) -> Any:  # clear_cache, encoding_name, ...
+    if name.startswith("__") or name == "base":  # copy/pickle probe a bare instance: no recursion
+      raise AttributeError(name)
     return getattr(self.base, name)
 
   def __repr__(self) -> str:
@@ -467,7 +504,11 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str], rules: Me
     d = _duration(part, blob)
     seconds = VIDEO_UNKNOWN_SECONDS if d is None else min(max(d, 1.0), VIDEO_MAX_SECONDS)
     # fps > 1 samples more frames; scale conservatively (fps < 1 is not discounted).
-    return math.ceil(seconds * VIDEO_TOKENS_PER_SECOND * _fps(part))
+    tokens = math.ceil(seconds * VIDEO_TOKENS_PER_SECOND * _fps(part))
+    if rules.video_levels:  # Gemini 3: per frame by resolution, plus the audio track
+      frame = _level_tokens(part, rules, rules.video_default, rules.video_levels)
+      tokens = max(tokens, math.ceil(seconds * (frame * _fps(part) + AUDIO_TOKENS_PER_SECOND)))
+    return tokens
   if mime == "application/pdf":
     # Read like width/height: 500.0 or "500" pages used to cost the 10-page guess.
     pages = _finite(blob.get("pages", part.get("pages")))

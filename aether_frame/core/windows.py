@@ -66,6 +66,10 @@ FAMILY_RULES: tuple[tuple[re.Pattern[str], int], ...] = (
 whose point releases keep their window."""
 
 
+_VARIANT = re.compile(r"-(?:tts|live|image|transcribe|translate)(?:-|$)|native-audio")
+"""Model-name markers of variants whose window is not their family's."""
+
+
 def _key(model: str) -> str:
   """``openai/GPT-4o`` -> ``gpt-4o``: names and overrides are matched in this form."""
   return model.rsplit("/", 1)[-1].lower()
@@ -92,7 +96,12 @@ class ModelWindows:
     name = _key(model)
     if name in self._table:
       return self._table[name]
-    best = max((k for k in self._table if name.startswith(k)), key=len, default=None)
+    # A speech, live or image variant takes far less than its family: it is
+    # matched only by a registered variant of the same kind, never by the
+    # family's prefix (gemini-3-flash-preview-tts is not a 1M model).
+    variant = _VARIANT.search(name)
+    best = max((k for k in self._table if name.startswith(k) and (not variant or _VARIANT.search(k))),
+               key=len, default=None)
     if best is None:
       for pattern, window in FAMILY_RULES:
         if pattern.fullmatch(name):

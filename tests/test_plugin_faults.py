@@ -155,3 +155,30 @@ async def test_a_different_fault_is_logged_again(caplog):
 def test_loggers_are_named_after_their_modules():
   assert plugin_module.logger.name == "aether_frame.adk.plugin"
   assert manifest_store.logger.name == "aether_frame.adk.manifest_store"
+
+
+async def test_a_failed_manifest_write_is_reported_as_such_and_the_pointer_kept(caplog, tmp_path):
+  # The request is rewritten before the manifest is written: a store that fails
+  # (spool off) loses the manifest, not the pack, and must not be logged as
+  # "request sent unmodified".
+  from google.adk.artifacts import FileArtifactService
+  from aether_frame.adk.manifest_store import ManifestWriter
+
+  class Down(FileArtifactService):
+    async def save_artifact(self, **kw):
+      raise ConnectionError("store down")
+
+  model = OfflineLlm(default="ok")
+  ag, _ = agent(model=model)
+  plugin = ContextPackPlugin(window=16_000, manifest_writer=ManifestWriter(spool_dir=False))
+  runner = make_runner(ag, [plugin], artifact_service=Down(root_dir=str(tmp_path)))
+  session = await new_session(runner)
+  with caplog.at_level(logging.ERROR, logger="aether_frame.adk.plugin"):
+    await say(runner, session.id, "hello")
+  assert payload_of(model.received[-1]).startswith("CONTEXT PACK v1")  # the pack went out
+  state = await _state(runner, session.id)
+  assert state[LAST_PACK_KEY]["version"] is None and state[LAST_PACK_KEY]["pack_id"].startswith("pack_")
+  assert state[LAST_FAULT_KEY]["error"] == "ConnectionError" and plugin.faults == 1
+  logged = [r.getMessage() for r in caplog.records]
+  assert len(logged) == 1 and "the pack was sent, its manifest was not stored" in logged[0]
+  assert "request sent unmodified" not in logged[0]

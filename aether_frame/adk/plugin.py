@@ -499,7 +499,12 @@ class ContextPackPlugin(BasePlugin):
     }
     if unread:
       runtime["state_unread"] = unread
-    version = await self.manifests.write(ctx, pack.manifest, runtime, compile_input=self._replay_input(cache, call))
+    # The request is already rewritten: a failed write loses the manifest, not the pack.
+    version = None
+    try:
+      version = await self.manifests.write(ctx, pack.manifest, runtime, compile_input=self._replay_input(cache, call))
+    except Exception as e:
+      self._record_fault(ctx, e, "before_model", outcome="the pack was sent, its manifest was not stored")
     state[LAST_PACK_KEY] = {
         "pack_id": pack.manifest["pack_id"], "version": version, "tokens": estimate,
         "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
@@ -544,16 +549,18 @@ class ContextPackPlugin(BasePlugin):
     return build
 
   # ------------------------------------------------------------------- faults
-  def _record_fault(self, ctx, error: Exception, callback: str) -> None:
+  def _record_fault(self, ctx, error: Exception, callback: str, outcome: Optional[str] = None) -> None:
     """Records every fault; logs each kind once, by type and where it was raised.
 
     Not by message: messages carry counts that change every call, and a
     fault that repeats on every call would log a traceback on every call.
+    ``outcome``: what happened to the call, when not the callback's default.
     """
     self.faults += 1
     frames = traceback.extract_tb(error.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    outcome = "request sent unmodified" if callback == "before_model" else "response not used for calibration"
+    if outcome is None:
+      outcome = "request sent unmodified" if callback == "before_model" else "response not used for calibration"
     # Each unknown model is named once (its message has no counts in it).
     which = f":{error}" if isinstance(error, UnknownModelWindow) else ""
     self._log_once(f"fault:{callback}:{type(error).__qualname__}:{where}{which}", logging.ERROR,

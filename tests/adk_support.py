@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import struct
+import zlib
 from typing import Any, Optional
 
 from google.adk.agents import LlmAgent
@@ -74,3 +76,12 @@ async def manifests(runner, session_id: str, user_id: str = USER) -> list[dict]:
     part = await svc.load_artifact(**kw, version=v)
     docs.append(manifest_doc.verify(json.loads(part.inline_data.data), where=f"manifest v{v}"))
   return docs
+
+
+def png_bytes(width: int, height: int) -> bytes:
+  """A real (tiny, valid, grey) PNG of the given size, for image parts."""
+  def chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+  raw = b"".join(b"\x00" + b"\x00" * width for _ in range(height))
+  ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+  return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")

@@ -26,10 +26,6 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-_SHARED_CACHE = "/work/shared/tiktoken-cache"
-if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_SHARED_CACHE):
-  os.environ["TIKTOKEN_CACHE_DIR"] = _SHARED_CACHE
-
 import tiktoken  # noqa: E402
 from google.genai import types  # noqa: E402
 

@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import math
-import os
 import random
 import struct
 import zlib
 
 import pytest
-
-_SHARED_CACHE = "/work/shared/tiktoken-cache"
-if "TIKTOKEN_CACHE_DIR" not in os.environ and os.path.isdir(_SHARED_CACHE):
-  os.environ["TIKTOKEN_CACHE_DIR"] = _SHARED_CACHE
 
 from google.genai import types  # noqa: E402
 

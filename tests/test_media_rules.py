@@ -7,8 +7,6 @@ default model family) 1,120 tokens at its default resolution: costed by the
 
 from __future__ import annotations
 
-import struct
-import zlib
 
 import pytest
 from google.adk.agents import LlmAgent
@@ -27,23 +25,16 @@ from aether_frame.core.costing import (
 from aether_frame.offline_model import OfflineLlm
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import make_runner, manifests, new_session
+from tests.adk_support import make_runner, manifests, new_session, png_bytes
 
 COUNTER = get_counter()
 GEMINI_3 = MediaCounter(COUNTER, GEMINI_3_MEDIA)
 
 
-def _png(width: int, height: int) -> bytes:
-  """A real (tiny, valid) PNG of the given size."""
-  def chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-  raw = b"".join(b"\x00" + b"\x00" * width for _ in range(height))
-  ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-  return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
 def _image(level: str | None = None, num_tokens: int | None = None) -> dict:
-  part = types.Part.from_bytes(data=_png(64, 64), mime_type="image/png")
+  part = types.Part.from_bytes(data=png_bytes(64, 64), mime_type="image/png")
   if level or num_tokens:
     part.media_resolution = types.PartMediaResolution(level=level, num_tokens=num_tokens)
   return part.model_dump(mode="json", exclude_none=True)
@@ -101,7 +92,7 @@ async def _estimate_with_image(model_name: str) -> dict:
   session = await new_session(runner)
   message = types.Content(role="user", parts=[
       types.Part(text="What is in this picture?"),
-      types.Part.from_bytes(data=_png(64, 64), mime_type="image/png"),
+      types.Part.from_bytes(data=png_bytes(64, 64), mime_type="image/png"),
   ])
   async for _ in runner.run_async(user_id="u1", session_id=session.id, new_message=message):
     pass

@@ -13,9 +13,7 @@ Each test failed on the code before the fix:
 
 from __future__ import annotations
 
-import struct
 import warnings
-import zlib
 
 import pytest
 from google.adk.agents import LlmAgent
@@ -26,7 +24,7 @@ from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.core.costing import GEMINI_3_MEDIA, MediaCounter
 from aether_frame.offline_model import OfflineLlm
 
-from tests.adk_support import make_runner, manifests, new_session
+from tests.adk_support import make_runner, manifests, new_session, png_bytes
 
 with warnings.catch_warnings():
   warnings.simplefilter("ignore")
@@ -35,12 +33,6 @@ with warnings.catch_warnings():
 pytestmark = pytest.mark.asyncio
 
 
-def _png(width: int, height: int) -> bytes:
-  def chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-  raw = b"".join(b"\x00" + b"\x00" * width for _ in range(height))
-  ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-  return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
 async def _run_once(agent, plugin, parts) -> dict:
@@ -61,7 +53,7 @@ async def test_fallback_to_a_gemini_3_backup_costs_images_by_gemini_3_rules():
     model = FallbackModel(models=[primary, backup])
   agent = LlmAgent(name="viewer", model=model, instruction="You describe images.")
   plugin = ContextPackPlugin(window_overrides={"gemini-2.5-flash": 32_768, "gemini-3.5-flash": 32_768})
-  images = [types.Part.from_bytes(data=_png(64, 64), mime_type="image/png") for _ in range(4)]
+  images = [types.Part.from_bytes(data=png_bytes(64, 64), mime_type="image/png") for _ in range(4)]
   doc = await _run_once(agent, plugin, [types.Part(text="What differs between these?"), *images])
   sent = primary.received[-1]
   # What the backup would be charged for this very request, had the primary failed.

@@ -293,7 +293,7 @@ class ContextPackPlugin(BasePlugin):
       counter = self._media_counters[rules.name] = MediaCounter(self.counter, rules)
     return counter
 
-  def _window_for(self, ctx, model: Optional[str]) -> int:
+  def _window_for(self, model: Optional[str], backups: Sequence[str]) -> int:
     """The request model's window, or for a ``FallbackModel`` the smallest of its models'.
 
     ADK builds the request once, names the primary on it, and any of the
@@ -302,7 +302,7 @@ class ContextPackPlugin(BasePlugin):
     know cannot be sized for; it is named in a warning, not a fault.
     """
     window = self.windows.lookup(model)
-    for name in _fallback_backups(ctx, model):
+    for name in backups:
       try:
         window = min(window, self.windows.lookup(name))
       except UnknownModelWindow:
@@ -359,7 +359,8 @@ class ContextPackPlugin(BasePlugin):
     agent = ctx.agent_name
     policy = self._policy_for(agent)
     contents = list(llm_request.contents or [])
-    counter = self._counter_for([llm_request.model, *_fallback_backups(ctx, llm_request.model)], llm_request.config)
+    backups = _fallback_backups(ctx, llm_request.model)  # a FallbackModel's other models may answer
+    counter = self._counter_for([llm_request.model, *backups], llm_request.config)
     cache = self._cache_for(ctx, policy, counter)
     cache.events.update(ctx.session.events)
     # The conversation proper, as positions in ``contents``: ADK's instruction
@@ -372,7 +373,7 @@ class ContextPackPlugin(BasePlugin):
     if anchor is None:
       self._log_once("no-user-turn", logging.INFO, "request has no user turn; sent unmodified")
       return
-    window = self.window or self._window_for(ctx, llm_request.model)
+    window = self.window or self._window_for(llm_request.model, backups)
     history = [contents[i] for i in convo[:anchor]]
     self._sync_history(cache, history)
     state = ctx.state
@@ -438,7 +439,7 @@ class ContextPackPlugin(BasePlugin):
     model = llm_request.model or ""
     calibration = self._session_calibration(state)
     # Sized for whichever of a FallbackModel's models answers: the largest scale.
-    scale = max(calibration.scale(m, policy.calibration_margin) for m in [model, *_fallback_backups(ctx, model)])
+    scale = max(calibration.scale(m, policy.calibration_margin) for m in [model, *backups])
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     hint = cache.tail_hint or state.get(TAIL_KEY_PREFIX + agent)
     call = CallInputs(

@@ -183,6 +183,8 @@ def media_rules_named(name: str) -> MediaRules:
   if base is None or (level and level not in base.levels):
     raise ValueError(f"unknown media rules {name!r} in manifest")
   return base.for_request(level) if level else base
+
+
 _GEMINI_3_MODEL_RE = re.compile(r"gemini-(?:3(?:[.-]|$)|(?:flash|flash-lite|pro)-latest$)")
 
 

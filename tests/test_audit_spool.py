@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from typing import Optional
 
 from google.adk.artifacts import FileArtifactService, InMemoryArtifactService
@@ -172,3 +174,18 @@ def test_an_entry_whose_blob_file_is_gone_is_refused_by_name(tmp_path):
     assert key in str(e) and path.name in str(e)
   else:
     raise AssertionError("a missing blob must be refused")
+
+
+def test_half_written_files_of_a_dead_writer_are_swept_after_the_grace(tmp_path):
+  spool = Spool(tmp_path / "spool")
+  (spool.root / "blobs").mkdir(parents=True)
+  stale = [spool.root / ".tmp-dead.json", spool.root / "blobs" / ".tmp-dead.json"]
+  fresh = spool.root / ".tmp-live.json"  # a writer that is still writing
+  for path in [*stale, fresh]:
+    path.write_text("{half")
+  old = time.time() - 2 * 3600
+  for path in stale:
+    os.utime(path, (old, old))
+  spool.collect(grace_s=3600)
+  assert [p.exists() for p in stale] == [False, False] and fresh.exists()
+  assert spool.paths() == []  # never read as entries either

@@ -205,9 +205,12 @@ class Spool:
     """Deletes blobs no entry references any more (after ``grace_s``); returns how many.
 
     Run by a flush, under the spool lock. An entry that cannot be read keeps
-    every blob (it may still need them).
+    every blob (it may still need them). Half-written ``.tmp-*`` files older
+    than ``grace_s`` (a process that died mid-write) go too; a live writer's
+    are seconds old.
     """
     bdir = self.root / BLOB_DIR
+    self._sweep_temp(time.time() - grace_s)
     if not bdir.is_dir():
       return 0
     used: set[str] = set()
@@ -227,6 +230,15 @@ class Spool:
           blob.unlink()
           removed += 1
     return removed
+
+  def _sweep_temp(self, cutoff: float) -> None:
+    for folder in (self.root, self.root / BLOB_DIR):
+      if not folder.is_dir():
+        continue
+      for tmp in folder.glob(".tmp-*"):
+        with contextlib.suppress(FileNotFoundError):
+          if tmp.stat().st_mtime < cutoff:
+            tmp.unlink()
 
   def acquire(self) -> bool:
     """Non-blocking inter-process lock, re-entrant within this Spool object.

@@ -1,7 +1,7 @@
 """Quickstart: a minimal ADK app whose every model call goes out as a Context Pack.
 
     .venv/bin/python examples/quickstart.py                      # offline, deterministic model
-    GOOGLE_API_KEY=... .venv/bin/python examples/quickstart.py   # real Gemini (gemini-2.5-flash)
+    GOOGLE_API_KEY=... .venv/bin/python examples/quickstart.py   # real Gemini (gemini-3.5-flash, ADK's default)
 
 Each call's manifest is written under ./quickstart-artifacts/ (a FileArtifactService);
 the script ends by printing the last pack and an ``aether-frame inspect`` command for it.
@@ -21,7 +21,7 @@ from aether_frame import ContextPackPlugin
 from aether_frame.offline_model import OfflineLlm
 
 if os.environ.get("GOOGLE_API_KEY"):
-  model = "gemini-2.5-flash"  # in the built-in window registry (1M tokens)
+  model = "gemini-3.5-flash"  # ADK 2.13's default model; in the window registry (1M tokens)
 else:
   model = OfflineLlm(model="offline-quickstart", default="Noted: one sentence, as asked.")
 

@@ -18,7 +18,6 @@ from aether_frame.adk.guard import count_request
 from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.adk.state_schema import CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY
 from aether_frame.offline_model import OfflineLlm
-from aether_frame.tokenizers import get_counter
 
 from tests.adk_support import USER, make_runner, manifests, new_session, say
 
@@ -124,7 +123,7 @@ class _LiveConnection(BaseLlmConnection):
     pass
 
   async def receive(self):
-    while (content := await self._q.get()) is not None:
+    while await self._q.get() is not None:
       yield LlmResponse(content=types.Content(role="model", parts=[types.Part(text="heard you")]))
       yield LlmResponse(turn_complete=True)
 
@@ -172,7 +171,7 @@ async def test_live_session_is_not_packed_and_writes_no_manifest():
 # ------------------------------------------------------------ output schema
 import json
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import Field, create_model
 
 from aether_frame.adk import sources
 
@@ -207,3 +206,31 @@ async def test_output_schema_is_charged_to_the_budget():
   docs = await manifests(runner, session.id)
   assert sent_tokens <= docs[-1]["usable"]
   assert LAST_FAULT_KEY not in await _state(runner, session.id)
+
+
+async def test_a_sliding_session_window_keeps_every_turns_provenance():
+  """``RunConfig(get_session_config=GetSessionConfig(num_recent_events=N))`` loads a
+  window of the same length every invocation; the event index must still find
+  the new events (it counted them, and from the window's first slide on every
+  new turn lost its timestamp, author and event id)."""
+  from google.adk.agents.run_config import RunConfig
+  from google.adk.sessions.base_session_service import GetSessionConfig
+
+  model = OfflineLlm(default="noted")
+  agent = LlmAgent(name="assistant", model=model, instruction="You are a helpful assistant.")
+  plugin = ContextPackPlugin(window=8192)
+  runner = make_runner(agent, [plugin])
+  session = await new_session(runner)
+  run_config = RunConfig(get_session_config=GetSessionConfig(num_recent_events=6))
+  for t in range(8):
+    message = types.Content(role="user", parts=[types.Part(text=f"turn {t} about topic{t}")])
+    async for _ in runner.run_async(user_id=USER, session_id=session.id, new_message=message, run_config=run_config):
+      pass
+    if t >= 4:  # the window has slid by then
+      stored = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session.id)
+      by_id = {e.id: e for e in stored.events}
+      (cache,) = plugin._sessions.values()
+      groups = cache.compiler.history
+      assert [g.provenance.source in by_id for g in groups] == [True] * len(groups), t
+      user_turns = [g for g in groups if g.role == "user"]
+      assert all(g.provenance.timestamp == by_id[g.provenance.source].timestamp for g in user_turns)

@@ -408,18 +408,33 @@ def _type_schema(value: Any) -> Any:
 
 @dataclass
 class EventIndex:
-  """fingerprint → (timestamp, author, event id), grown incrementally."""
+  """fingerprint → (timestamp, author, event id), grown incrementally.
 
-  seen: int = 0
+  New events are found after the last one indexed, by id, not by count: with
+  ``RunConfig(get_session_config=GetSessionConfig(num_recent_events=N))``
+  every invocation loads a window of the same length that has slid, and a
+  count-based cursor never indexed its new events (their turns lost their
+  timestamps and authors). A session whose last indexed event is gone
+  (rewound, replaced) is indexed again from scratch.
+  """
+
+  last_id: Optional[str] = None
   by_fp: dict[str, EventInfo] = field(default_factory=dict)
 
   def update(self, events: Sequence[Any]) -> None:
-    if len(events) < self.seen:
-      self.seen, self.by_fp = 0, {}
-    for ev in events[self.seen:]:
+    start = 0
+    if self.last_id is not None:
+      for i in range(len(events) - 1, -1, -1):
+        if events[i].id == self.last_id:
+          start = i + 1
+          break
+      else:
+        self.by_fp = {}
+    for ev in events[start:]:
       if ev.content is not None and not getattr(ev, "partial", False):
         self.by_fp.setdefault(fingerprint(ev.content), EventInfo(ev.timestamp, ev.author, ev.id))
-    self.seen = len(events)
+    if events:
+      self.last_id = events[-1].id or None
 
 
 def now() -> float:

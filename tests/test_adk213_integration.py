@@ -8,10 +8,13 @@ an ``output_schema`` the provider charges as prompt tokens.
 
 from __future__ import annotations
 
+import logging
+
 import warnings
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import errors, types
 
 from aether_frame.adk.guard import count_request
@@ -234,3 +237,40 @@ async def test_a_sliding_session_window_keeps_every_turns_provenance():
       assert [g.provenance.source in by_id for g in groups] == [True] * len(groups), t
       user_turns = [g for g in groups if g.role == "user"]
       assert all(g.provenance.timestamp == by_id[g.provenance.source].timestamp for g in user_turns)
+
+
+async def test_a_plugin_that_edits_the_request_after_the_pack_is_named(caplog):
+  """ADK runs plugins in list order: a global instruction (or parts, or a trim)
+  added after the pack is built is outside its budget, so the order is named
+  once; before the pack, the same instruction is part of the budgeted system text."""
+  from google.adk.plugins.global_instruction_plugin import GlobalInstructionPlugin
+  from google.adk.plugins.logging_plugin import LoggingPlugin
+
+  class Stamp(BasePlugin):  # a user's own plugin that edits requests
+    def __init__(self):
+      super().__init__("stamp")
+
+    async def before_model_callback(self, *, callback_context, llm_request):
+      llm_request.contents[-1].parts.append(types.Part(text="[stamped]"))
+
+  async def run(plugins) -> OfflineLlm:
+    model = OfflineLlm(default="ok")
+    agent = LlmAgent(name="assistant", model=model, instruction="You are a helpful assistant.")
+    runner = make_runner(agent, plugins)
+    session = await new_session(runner)
+    for text in ("first", "second"):
+      await say(runner, session.id, text)
+    return model
+
+  after = ContextPackPlugin(window=8192)
+  with caplog.at_level(logging.WARNING, logger="aether_frame.adk.plugin"):
+    await run([after, GlobalInstructionPlugin("Always answer in French."), LoggingPlugin(), Stamp()])
+  named = [r.getMessage() for r in caplog.records if "runs after ContextPackPlugin" in r.getMessage()]
+  assert len(named) == 2 and "'global_instruction'" in named[0] and "'stamp'" in named[1]  # not logging_plugin
+
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="aether_frame.adk.plugin"):
+    model = await run([GlobalInstructionPlugin("Always answer in French."), ContextPackPlugin(window=8192)])
+  assert not [r for r in caplog.records if "runs after ContextPackPlugin" in r.getMessage()]
+  system = model.received[-1].config.system_instruction
+  assert "Always answer in French." in (system if isinstance(system, str) else str(system))

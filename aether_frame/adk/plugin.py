@@ -197,6 +197,10 @@ class ContextPackPlugin(BasePlugin):
     # ``context_pack_callbacks`` is left to them, or its request is packed twice.
     if _packed_by_agent(callback_context):
       return None
+    for later in _plugins_after(self, callback_context):
+      self._log_once("order:" + later, logging.WARNING,
+                     "plugin %r runs after ContextPackPlugin and may change the request: what it adds is "
+                     "outside the pack's budget; list ContextPackPlugin last in App(plugins=[...])", later)
     return await self._before_model(callback_context, llm_request)
 
   async def _before_model(self, callback_context, llm_request):
@@ -630,6 +634,32 @@ def _packed_by_agent(ctx) -> bool:
     return any(isinstance(getattr(cb, "plugin", None), ContextPackPlugin) for cb in callbacks)
   except Exception:  # fail-open: an agent of another shape is packed by the plugin
     return False
+
+
+_REQUEST_EDITING_ADK_PLUGINS = frozenset({"GlobalInstructionPlugin", "MultimodalToolResultsPlugin", "ContextFilterPlugin"})
+"""ADK's own plugins that change the request in ``before_model_callback`` (its
+logging and analytics plugins only read it)."""
+
+
+def _plugins_after(plugin: BasePlugin, ctx) -> list[str]:
+  """Names of the plugins ADK runs after ``plugin`` that may change the request.
+
+  ADK runs plugins in list order: a system instruction, parts or a trim added
+  after the pack is built are outside its budget (and may split its tail).
+  """
+  try:
+    plugins = list(ctx.get_invocation_context().plugin_manager.plugins)
+    later = plugins[plugins.index(plugin) + 1:]
+  except Exception:  # not run by a plugin manager (agent-level callbacks)
+    return []
+  out = []
+  for p in later:
+    cls = type(p)
+    if cls.__name__ in _REQUEST_EDITING_ADK_PLUGINS or (
+        not cls.__module__.startswith("google.adk.")
+        and getattr(cls, "before_model_callback", None) is not BasePlugin.before_model_callback):
+      out.append(p.name)
+  return out
 
 
 def _fallback_backups(ctx, model: Optional[str]) -> list[str]:

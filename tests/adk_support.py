@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+import warnings
 import zlib
 from typing import Any, Optional
 
@@ -85,3 +86,11 @@ def png_bytes(width: int, height: int) -> bytes:
   raw = b"".join(b"\x00" + b"\x00" * width for _ in range(height))
   ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
   return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def fallback_model(*models):
+  """ADK's ``FallbackModel`` over ``models`` (experimental in 2.13: its warning is silenced)."""
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from google.adk.models._fallback_model import FallbackModel
+    return FallbackModel(models=list(models))

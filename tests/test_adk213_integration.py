@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 
-import warnings
 
 import pytest
 from google.adk.agents import LlmAgent
@@ -22,13 +21,10 @@ from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.adk.state_schema import CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY
 from aether_frame.offline_model import OfflineLlm
 
-from tests.adk_support import USER, make_runner, manifests, new_session, say
+from tests.adk_support import USER, fallback_model, make_runner, manifests, new_session, say
 
 pytestmark = pytest.mark.asyncio
 
-with warnings.catch_warnings():
-  warnings.simplefilter("ignore")
-  from google.adk.models._fallback_model import FallbackModel
 
 
 async def _state(runner, session_id: str) -> dict:
@@ -58,9 +54,7 @@ async def test_fallback_model_pack_fits_the_smallest_window_of_its_models():
   primary's window overflows a backup with a smaller one."""
   primary = _Overloaded(model="offline-big")
   backup = OfflineLlm(model="offline-small")
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    model = FallbackModel(models=[primary, backup])
+  model = fallback_model(primary, backup)
   agent = LlmAgent(name="assistant", model=model, instruction="You are a helpful assistant.")
   plugin = ContextPackPlugin(window_overrides={"offline-big": 200_000, "offline-small": 6_000})
   runner = make_runner(agent, [plugin])
@@ -85,9 +79,7 @@ async def test_fallback_model_calibration_is_learned_for_the_model_that_answered
   """The backup's prompt count is its own tokenizer's: kept under its name, not the primary's."""
   primary = _Overloaded(model="offline-big", fail=True)
   backup = OfflineLlm(model="offline-small")
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    model = FallbackModel(models=[primary, backup])
+  model = fallback_model(primary, backup)
   agent = LlmAgent(name="assistant", model=model, instruction="You are a helpful assistant.")
   runner = make_runner(agent, [ContextPackPlugin(window_overrides={"offline-big": 64_000, "offline-small": 32_000})])
   session = await new_session(runner)

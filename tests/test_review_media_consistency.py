@@ -13,7 +13,6 @@ Each test failed on the code before the fix:
 
 from __future__ import annotations
 
-import warnings
 
 import pytest
 from google.adk.agents import LlmAgent
@@ -24,11 +23,8 @@ from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.core.costing import GEMINI_3_MEDIA, MediaCounter
 from aether_frame.offline_model import OfflineLlm
 
-from tests.adk_support import make_runner, manifests, new_session, png_bytes
+from tests.adk_support import fallback_model, make_runner, manifests, new_session, png_bytes
 
-with warnings.catch_warnings():
-  warnings.simplefilter("ignore")
-  from google.adk.models._fallback_model import FallbackModel
 
 pytestmark = pytest.mark.asyncio
 
@@ -48,9 +44,7 @@ async def _run_once(agent, plugin, parts) -> dict:
 async def test_fallback_to_a_gemini_3_backup_costs_images_by_gemini_3_rules():
   primary = OfflineLlm(model="gemini-2.5-flash")
   backup = OfflineLlm(model="gemini-3.5-flash")
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    model = FallbackModel(models=[primary, backup])
+  model = fallback_model(primary, backup)
   agent = LlmAgent(name="viewer", model=model, instruction="You describe images.")
   plugin = ContextPackPlugin(window_overrides={"gemini-2.5-flash": 32_768, "gemini-3.5-flash": 32_768})
   images = [types.Part.from_bytes(data=png_bytes(64, 64), mime_type="image/png") for _ in range(4)]

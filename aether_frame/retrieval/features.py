@@ -145,31 +145,57 @@ class DocFeatures:
     return self._sig
 
 
-class QueryInfo:
-  """Everything ``explain`` derives from the query string alone."""
+CUE_CHARS = 2_000
+"""A long message's mode, "when" and time-range cues are read from its first and
+last this many characters: that is where its question is ("here is the log:
+... why did it fail?"). The middle of a pasted log or document is full of
+timestamps and cue words that are data, not the question, and reading them
+made query analysis of a 100 KB message cost ~10x its tokenization."""
 
-  __slots__ = ("text", "lower", "words", "mode", "ew", "profile", "qterms", "qset", "when", "_spans")
+
+def cue_view(query: str) -> str:
+  """``query``, or its head and tail (cut at whitespace, so no word is split into a false cue)."""
+  if len(query) <= 2 * CUE_CHARS:
+    return query
+  head, tail = query[:CUE_CHARS], query[-CUE_CHARS:]
+  cut = head.rsplit(None, 1)
+  head = cut[0] if len(cut) == 2 else head
+  cut = tail.split(None, 1)
+  tail = cut[1] if len(cut) == 2 else tail
+  return f"{head}\n\n{tail}"
+
+
+class QueryInfo:
+  """Everything ``explain`` derives from the query string alone.
+
+  BM25 terms and named authors come from the whole query; mode, "when" and
+  time range from ``cue_view(query)``.
+  """
+
+  __slots__ = ("text", "lower", "words", "cue", "cue_words", "mode", "ew", "profile", "qterms", "qset", "when", "_spans")
 
   def __init__(self, query: str, weights: RetrievalWeights) -> None:
     self.text = query
     self.lower = query.lower()
     self.words = frozenset(PLAIN_WORDS(self.lower))
-    self.mode = detect_mode(query, self.words)
+    self.cue = cue_view(query)
+    self.cue_words = self.words if self.cue is query else frozenset(PLAIN_WORDS(self.cue.lower()))
+    self.mode = detect_mode(self.cue, self.cue_words)
     self.ew = weights.for_mode(self.mode)
     self.profile = weights.modes.get(self.mode)
     self.qterms: list[str] = list(dict.fromkeys(analyze_fast(query)))
     self.qset = frozenset(self.qterms)
-    self.when = is_when_question(query, self.words)
+    self.when = is_when_question(self.cue, self.cue_words)
     self._spans: dict[Optional[float], Optional[TimeRange]] = {}
 
   def span(self, ref_now: Optional[float]) -> Optional[TimeRange]:
-    """``parse_time_range(query, ref_now)``, memoised (a session's ``now`` moves slowly)."""
+    """``parse_time_range`` of the cue view, memoised (a session's ``now`` moves slowly)."""
     try:
       return self._spans[ref_now]
     except KeyError:
       if len(self._spans) > 8:
         self._spans.clear()
-      out = self._spans[ref_now] = parse_time_range(self.text, ref_now, self.words)
+      out = self._spans[ref_now] = parse_time_range(self.cue, ref_now, self.cue_words)
       return out
 
   def names(self, author: str) -> bool:

@@ -97,6 +97,27 @@ def test_water_fill_invariants(pool, demands, weights, quantum):
   assert all(got[k] == demands[k] for k in demands) or left < quantum
 
 
+@given(pool=st.integers(0, 30_000), more=st.integers(1, 2_000), demands=_demands, weights=_weights,
+       quantum=st.sampled_from([1, 7, 64, 128]))
+def test_water_fill_a_larger_pool_never_shrinks_a_weighted_layer(pool, more, demands, weights, quantum):
+  """No Alabama paradox: with largest-remainder rounding, pool 10,561 gave memory 2,752
+  and pool 10,600 gave it 2,688. A longer request or a larger window must not shrink the
+  conversation budget (that cuts the cached tail). Zero-weight layers are exempt: they
+  get only the crumbs below a quantum that the weighted layers cannot take."""
+  small = water_fill(pool, demands, weights, quantum)
+  large = water_fill(pool + more, demands, weights, quantum)
+  for k in demands:
+    if weights[k] > 0:
+      assert large[k] >= small[k], (k, small, large)
+
+
+def test_water_fill_no_alabama_paradox_on_a_known_case():
+  demands = {"evidence": 0, "memory": 16321, "conversation": 14260}
+  weights = {"evidence": 0.0, "memory": 0.33, "conversation": 0.95}
+  small, large = water_fill(10_561, demands, weights, 64), water_fill(10_600, demands, weights, 64)
+  assert large["memory"] >= small["memory"] and large["conversation"] >= small["conversation"]
+
+
 @given(pool=st.integers(1000, 12_000), weights=st.tuples(*[st.floats(0.01, 1.0)] * 3).map(lambda t: dict(zip(W, t))))
 def test_water_fill_heavier_weight_never_gets_less_when_both_are_unbounded(pool, weights):
   got = water_fill(pool, {k: BIG for k in W}, weights, 64)

@@ -62,9 +62,9 @@ def water_fill(pool: int, demands: Mapping[str, int], weights: Mapping[str, floa
 
   Closed form of the quantum-by-quantum loop: repeatedly give every uncapped
   layer its weighted share of what is left, cap those whose demand is below
-  it, and redistribute. Uncapped shares are rounded down to quanta; left-over
-  quanta go by largest fractional remainder, ties in layer order. Zero-weight
-  layers only receive what the weighted layers cannot use.
+  it, and redistribute. Uncapped layers get whole quanta by the D'Hondt rule
+  (ties in layer order). Zero-weight layers only receive what the weighted
+  layers cannot use.
   """
   alloc = {k: 0 for k in demands}
   remaining = max(pool, 0)
@@ -96,18 +96,26 @@ def _fill(alloc, open_layers, remaining, demands, weights, quantum) -> int:
       remaining -= demands[k]
       open_layers.remove(k)
   if open_layers and remaining > 0:
+    # Whole quanta by the D'Hondt rule: each next quantum goes to the layer with
+    # the highest weight / (quanta it holds + 1). Unlike largest remainders, a
+    # larger pool never takes a quantum away from a layer (no Alabama paradox),
+    # so a longer request or a bigger window cannot shrink the conversation
+    # budget and cut the cached tail. Every layer first gets its lower quota.
     total_w = sum(weights[k] for k in open_layers)
-    exact = {k: remaining * weights[k] / total_w for k in open_layers}
+    seats = remaining // quantum
+    held = {k: min(demands[k] // quantum, int(seats * weights[k] / total_w)) for k in open_layers}
     for k in open_layers:
-      alloc[k] = min(demands[k], int(exact[k] // quantum) * quantum)
+      alloc[k] = held[k] * quantum
     left = remaining - sum(alloc[k] for k in open_layers)
-    for k in sorted(open_layers, key=lambda k: (-(exact[k] - alloc[k]), order.index(k))):
-      if left < quantum:
+    while left >= quantum:
+      wanting = [k for k in open_layers if alloc[k] < demands[k]]
+      if not wanting:
         break
+      k = max(wanting, key=lambda k: (weights[k] / (held[k] + 1), -order.index(k)))
       give = min(quantum, demands[k] - alloc[k])
-      if give > 0:
-        alloc[k] += give
-        left -= give
+      alloc[k] += give
+      held[k] += 1
+      left -= give
     remaining = left
   return remaining
 

@@ -94,3 +94,62 @@ def fallback_model(*models):
     warnings.simplefilter("ignore")
     from google.adk.models._fallback_model import FallbackModel
     return FallbackModel(models=list(models))
+
+
+def independent_tokens(request) -> int:
+  """A request's tokens counted without the library's costing code: a floor of what it sends.
+
+  The plugin's fit assertions used ``guard.count_request``, the function the guard
+  itself decides with, so a costing bug (a part type ignored, a config field not
+  charged) passed them. This count reads the request directly with raw tiktoken:
+  system text, response schema, tool declarations and every part (text as text,
+  calls and responses as compact JSON, media at their cheapest documented unit),
+  4 tokens per content. It is a floor, not the exact figure, so ``fits`` holds
+  for a correct costing and fails for one that leaves something out.
+  """
+  import tiktoken
+
+  enc = tiktoken.get_encoding("o200k_base")
+
+  def n(text: str) -> int:
+    return len(enc.encode_ordinary(text)) if text else 0
+
+  def compact(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+  config = request.config
+  total = 0
+  si = config.system_instruction if config is not None else None
+  if isinstance(si, str):
+    total += n(si)
+  elif si is not None:
+    parts = si.parts if isinstance(si, types.Content) else (si if isinstance(si, list) else [si])
+    total += sum(n(p if isinstance(p, str) else (p.text or "")) for p in parts or ())
+  for field in ("response_schema", "response_json_schema"):
+    value = getattr(config, field, None) if config is not None else None
+    if value is not None:
+      dumped = value.model_dump(mode="json", exclude_none=True) if hasattr(value, "model_dump") else value
+      total += n(compact(dumped))
+  for tool in (config.tools or ()) if config is not None else ():
+    for decl in getattr(tool, "function_declarations", None) or ():
+      total += n(compact(decl.model_dump(mode="json", exclude_none=True)))
+  for content in request.contents:
+    total += 4
+    for part in content.parts or ():
+      if part.text:
+        total += n(part.text)
+      if part.function_call is not None:
+        total += n(compact({"name": part.function_call.name, "args": part.function_call.args or {}}))
+      if part.function_response is not None:
+        total += n(compact(part.function_response.response or {}))
+      for blob in (part.inline_data, part.file_data):
+        if blob is not None:
+          mime = (blob.mime_type or "").lower()
+          total += 258 if mime.startswith(("image/", "video/", "application/pdf")) else 32 if mime.startswith("audio/") else 0
+  return total
+
+
+def fits(request, window: int, reserve: int) -> None:
+  """Asserts the request fits ``window - reserve`` by the independent floor count."""
+  got = independent_tokens(request)
+  assert got + reserve <= window, f"independent count {got} + reserve {reserve} > window {window}"

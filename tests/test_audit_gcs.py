@@ -99,7 +99,8 @@ def test_outage_spools_then_flush_uploads_in_order_without_duplicates(gcs_emulat
 
   async def scenario():
     svc = GcsArtifactService(BUCKET)
-    writer = recording_writer(spool_dir=spool_dir, timeout=2.0)  # generous: a loaded CI box must not spool the healthy calls
+    # Generous while the store is healthy (a loaded CI box must not spool those calls); short once it is down.
+    writer = recording_writer(spool_dir=spool_dir, timeout=30.0)
     # include_artifacts=False: one timeout per call during the outage (the artifact listing has its own).
     runner, plugin, model = make_run(svc, writer=writer, include_artifacts=False, tools=False)
     sid = await start_session(runner)
@@ -107,6 +108,7 @@ def test_outage_spools_then_flush_uploads_in_order_without_duplicates(gcs_emulat
     for t in texts[:2]:
       await say(runner, sid, t)
     assert writer.stats["stored"] == 2 and not Spool(spool_dir).pending(), writer.stats
+    writer.timeout = 2.0
     gcs_emulator.stop()
     for t in texts[2:5]:
       await say(runner, sid, t)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 
 from aether_frame.audit import inputs as ri
+from aether_frame.core.allocator import ContextBudgetExhausted
 from aether_frame.core.canonical import canonical_json
 from aether_frame.core.compiler import CallInputs, CompileInput, compile_pack
 from aether_frame.core.items import Item, Layer
@@ -33,7 +34,7 @@ def test_round_trip_is_exact_and_compiles_identically(ci):
   counter = get_counter("o200k_base")
   try:
     a = compile_pack(ci, counter).manifest
-  except Exception as e:  # some generated inputs cannot fit at all: then both must fail alike
+  except ContextBudgetExhausted as e:  # some generated inputs cannot fit at all: then both must fail alike
     with pytest.raises(type(e)) as again:
       compile_pack(back, counter)
     assert str(again.value) == str(e)

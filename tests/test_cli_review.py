@@ -170,7 +170,10 @@ def test_replay_policy_override_errors_name_the_option_once(demo_session, capsys
   assert "--policy-override" in _exit_2(capsys, ["replay", str(session_dir), "--policy-override", "memory_top_k=2"])
   err = _exit_2(capsys, ["replay", str(session_dir), "--policy-override", '{"memory_topk": 2}'])
   assert "--policy-override" in err and "memory_topk" in err
-  assert cli.main(["replay", "-q", str(session_dir), "--policy-override", '{"memory_top_k": 2}']) in (0, 1)
+  rc = cli.main(["replay", "-q", str(session_dir), "--policy-override", '{"memory_top_k": 2}'])
+  out = capsys.readouterr().out
+  # The session's calls kept more than 2 memory items: with top-K 2 each decides differently (exit 1).
+  assert rc == 1 and "beyond memory top-K (k=2)" in out and " 0 identical" in out, out
 
 
 def test_flush_refuses_a_file_as_spool_and_a_timeout_that_cannot_wait(tmp_path, capsys):

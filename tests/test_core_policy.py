@@ -111,13 +111,13 @@ def test_presets_validate_and_differ():
   q, c = PackPolicy.preset("quality_first"), PackPolicy.preset("cost_first")
   assert q.memory_top_k > c.memory_top_k and q.recent_turns > c.recent_turns
   assert PackPolicy.preset("cost_first", memory_top_k=2).memory_top_k == 2
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="floors"):
     PackPolicy.preset("quality_first", floors={"system": 0.5, "task": 0.5})
 
 
 def test_policy_is_immutable_and_hash_tracks_every_field():
   p = PackPolicy()
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="quantum"):
     p.quantum = 32  # type: ignore[misc]
   assert p.policy_hash() == PackPolicy().policy_hash()
   assert p.policy_hash() != PackPolicy(quantum=32).policy_hash()

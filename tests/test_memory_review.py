@@ -75,9 +75,10 @@ async def test_ttl_none_keeps_notes_in_a_step_with_a_ttl(redis_url):
   # "None keeps them": a note added by a ttl_seconds=None store must not
   # expire because another store gave the step a TTL earlier.
   r = redis.Redis.from_url(redis_url)
-  scratch = WorkingMemory(redis_url, ttl_seconds=0.05)
+  scratch = WorkingMemory(redis_url, ttl_seconds=1.0)
   keeper = WorkingMemory(redis_url, ttl_seconds=None)
   await scratch.add_note(APP, USER, SID, "a", "scratch in a")
+  assert r.pttl(step_key("a")) > 0  # the case under test: the step has a TTL when the keeper writes
   await keeper.add_note(APP, USER, SID, "a", "keep me")
   await scratch.add_note(APP, USER, SID, "b", "scratch in b")  # expires last
   await wait_gone(r, step_key("b"))

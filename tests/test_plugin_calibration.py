@@ -55,4 +55,9 @@ async def test_a_second_worker_uses_the_sessions_calibration():
   await say(runner2, s.id, f"turn 3: {TEXT}")
   second = (await manifests(runner2, s.id))[-1]
   assert second["runtime"]["calibration"]["samples"] == 3
-  assert second["token_scale"] >= first["token_scale"] > 1.0
+  # The second worker scales by the ratio the session learned, not the cold 1.0 (1.05 with margin).
+  session = await runner.session_service.get_session(app_name=APP, user_id=USER, session_id=s.id)
+  learned = second["runtime"]["calibration"]["ratio"]
+  assert learned != 1.0 and second["token_scale"] == round(max(learned, 1.0) * 1.05, 6)
+  assert session.state[CALIBRATION_KEY]["models"]["offline-model"]["samples"] == 4
+  assert second["token_scale"] >= first["token_scale"]

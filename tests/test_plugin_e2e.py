@@ -25,7 +25,7 @@ from aether_frame.core.render import INTERPRETATION_CONTRACT
 from aether_frame.offline_model import OfflineLlm, tool_call
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import USER, Recorder, agent, make_runner, manifests, new_session, payload_of, say
+from tests.adk_support import USER, Recorder, agent, fits, independent_tokens, make_runner, manifests, new_session, payload_of, say
 from tests.strategies import orphans
 
 pytestmark = pytest.mark.asyncio
@@ -114,6 +114,8 @@ async def test_long_session_fits_a_small_window_and_trims_the_tail_in_chunks():
   for i, (req, orig) in enumerate(zip(received, recorder.requests)):
     tokens = count_request(req.contents, req.config, COUNTER)
     assert tokens + _reserve(req, window) <= window, f"call {i}: {tokens} tokens"
+    assert independent_tokens(req) <= tokens, f"call {i}: the costing counts less than the request holds"
+    fits(req, window, _reserve(req, window))
     assert orphans(req.contents, orig.contents) == [], f"call {i}"
     assert INTERPRETATION_CONTRACT in req.config.system_instruction
   originals = [count_request(r.contents, r.config, COUNTER) for r in recorder.requests]
@@ -241,7 +243,7 @@ async def test_step_tool_scoping(mode):
     assert sorted(req.tools_dict) == ["get_weather", "lookup_price", "save_finding"]
     fcc = req.config.tool_config.function_calling_config
     assert fcc.allowed_function_names == ["get_weather"]
-    assert fcc.mode in (types.FunctionCallingConfigMode.VALIDATED, types.FunctionCallingConfigMode.ANY)
+    assert fcc.mode == types.FunctionCallingConfigMode.VALIDATED  # the agent set no mode of its own
   docs = await manifests(runner, session.id)
   scoping = docs[-1]["runtime"]["tool_scoping"]
   assert scoping["mode"] == mode and scoping["unknown"] == ["no_such_tool"]
@@ -373,6 +375,7 @@ async def test_agent_level_callbacks_pack_every_call(tmp_path):
   for req in model.received:
     assert payload_of(req).startswith("CONTEXT PACK v1")
     assert count_request(req.contents, req.config, COUNTER) + _reserve(req, 2048) <= 2048
+    fits(req, 2048, _reserve(req, 2048))
   docs = await manifests(runner, session.id)
   assert len(docs) == 12 and all(d["agent"] == "solo" for d in docs)
   assert any(e["layer"] == "conversation" for e in docs[-1]["truncation_events"])
@@ -484,6 +487,7 @@ async def test_the_guard_recounts_the_sent_request_and_catches_a_stale_history_v
   # The compiler still costs the old turn as short and keeps it; the guard's own recount of
   # the rewritten request finds it over the window and sends the minimal safe pack instead.
   assert count_request(req.contents, req.config, COUNTER) + _reserve(req, window) <= window
+  fits(req, window, _reserve(req, window))
   doc = (await manifests(runner, session.id))[-1]
   assert doc["runtime"]["guard"]["fallback"] is True
   assert any("over the usable" in p for p in doc["runtime"]["guard"]["problems"])

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 
-from hypothesis import given, note, settings
+from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from aether_frame.adk.guard import check_request, count_request, pending_calls
@@ -29,7 +29,7 @@ from aether_frame.offline_model import OfflineLlm, tool_call
 from google.genai import types
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import agent, make_runner, manifests, new_session, say
+from tests.adk_support import agent, fits, independent_tokens, make_runner, manifests, new_session, say
 from tests.strategies import PLUGIN_EXAMPLES, TOOL_NAMES, conversation_scripts, orphans, parse_budget, prose, script_to_events
 from tests.test_plugin_e2e import Recorder, get_weather, lookup_price, save_finding, search_notes
 
@@ -49,7 +49,8 @@ def sessions(draw):
       "script": draw(conversation_scripts(max_turns=40)),
       "knowledge": knowledge,
       "plan": plan,
-      "window": draw(st.one_of(st.integers(600, 1400), st.integers(1400, 3000), st.integers(3000, 8000))),
+      # Weighted toward windows the scripts overflow (trimmed tails), with tiny (unpackable) and roomy ones.
+      "window": draw(st.one_of(st.integers(600, 1400), st.integers(1400, 2200), st.integers(1800, 3000), st.integers(3000, 8000))),
       "max_out": draw(st.none() | st.integers(0, 400)),
       # A message mentioning "weather" makes the model call a tool first.
       "messages": draw(st.lists(prose(1, 4), min_size=1, max_size=3)),
@@ -112,6 +113,7 @@ def _check_call(case, message, sent, orig, fault, docs) -> None:
   reserve = case["max_out"] if case["max_out"] is not None else math.ceil(0.10 * window)
   note(f"window={window} reserve={reserve} original={count_request(orig.contents, orig.config, COUNTER)} fault={fault}")
   if not any((c.parts[0].text or "").startswith("CONTEXT PACK v1") for c in sent.contents if c.parts):
+    event("call: unpacked (window too small)")
     # Only an impossible window may stop the pack; then the request goes out
     # untouched (and no manifest is written).
     assert fault is not None and fault["error"] == "ContextBudgetExhausted", fault
@@ -121,6 +123,8 @@ def _check_call(case, message, sent, orig, fault, docs) -> None:
   # (a) fits, by the real tokenizer, on the request the model received.
   tokens = count_request(sent.contents, sent.config, COUNTER)
   assert tokens + reserve <= window, f"{tokens} + reserve {reserve} > window {window}"
+  assert independent_tokens(sent) <= tokens, "the costing counts less than the request holds"
+  fits(sent, window, reserve)
   # (b) no orphans; the plugin's own guard agrees.
   assert orphans(sent.contents, orig.contents) == []
   guard = check_request(sent.contents, sent.config, COUNTER, usable=window - reserve, pending=pending_calls(orig.contents))
@@ -138,6 +142,7 @@ def _check_call(case, message, sent, orig, fault, docs) -> None:
   assert [c.model_dump_json() for c in sent.contents[p + 1:]] == [c.model_dump_json() for c in orig.contents[anchor + 1:]]
   assert doc["runtime"]["request_tokens_estimate"] == tokens
   if doc["runtime"]["guard"]["fallback"]:
+    event("call: guard fallback")
     assert p == 0  # the validity guard's minimal safe pack: no history at all
     return
   assert doc["payload_sha256"] == "sha256:" + sha256_hex(payload)
@@ -159,6 +164,7 @@ def _check_call(case, message, sent, orig, fault, docs) -> None:
   dropped_positions = sorted(q for ev in doc["truncation_events"] if ev["layer"] == "conversation"
                              for q in range(ev["range"]["start"], ev["range"]["end"]))
   assert dropped_positions == list(range(tail["start"])), "dropped groups are not exactly the trimmed prefix"
+  event("call: packed, history trimmed" if tail["start"] else "call: packed, whole history")
   pinned_rows = sum(1 for r in doc["items"] if r["layer"] == "conversation" and r.get("reason", "").startswith("pinned"))
   assert parse_budget(payload).get("conversation", {"count": 0})["count"] == tail["start"] - pinned_rows
   # Evidence from state: rendered or named by an event.

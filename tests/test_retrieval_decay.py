@@ -57,11 +57,11 @@ def test_step_reactivates_on_recent_access():
 
 
 def test_decay_model_is_validated_and_frozen():
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="gamma"):
     DecayModel(gamma=-1.0)
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="kind"):
     DecayModel(kind="linear")
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="delta"):
     DecayModel(delta=2.0)
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="gamma"):
     DecayModel().gamma = 1.0  # type: ignore[misc]

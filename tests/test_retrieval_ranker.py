@@ -136,16 +136,16 @@ def test_empty_inputs():
 
 
 def test_weights_are_validated_frozen_and_fingerprinted():
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="adjacency"):
     RetrievalWeights(adjacency=-1.0)
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="text"):
     RetrievalWeights(text=0.0, similarity=0.0)
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="mmr_lambda"):
     RetrievalWeights(mmr_lambda=1.5)
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="unknown_knob"):
     RetrievalWeights(unknown_knob=1.0)
   w = RetrievalWeights()
-  with pytest.raises(ValidationError):
+  with pytest.raises(ValidationError, match="text"):
     w.text = 2.0  # type: ignore[misc]
   assert w.fingerprint() == RetrievalWeights().fingerprint() != RetrievalWeights(adjacency=0.1).fingerprint()
 

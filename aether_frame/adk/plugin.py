@@ -119,6 +119,7 @@ class _Sent:
   model: str
   estimate: int
   request: Any = None
+  payload_at: Optional[int] = None
 
 
 @dataclass
@@ -129,8 +130,12 @@ class _SessionCache:
   fps: list[str] = field(default_factory=list)
   spans: list[tuple[int, int]] = field(default_factory=list)
   events: sources.EventIndex = field(default_factory=sources.EventIndex)
+  compactions: int = 0
+  """``events.compactions`` when the history was last synced."""
   tail_hint: Optional[str] = None
   sent: Optional[_Sent] = None
+  chain: Optional[_Sent] = None
+  """The last packed call, kept for all its responses (``sent`` goes at the first)."""
   artifact_keys: list[str] = field(default_factory=list)
   artifacts_retry_at: float = 0.0
 
@@ -225,7 +230,7 @@ class ContextPackPlugin(BasePlugin):
       # call may be left for after_model to compare it with.
       cache = self._sessions.get(self._key(callback_context))
       if cache is not None:
-        cache.sent = None
+        cache.sent = cache.chain = None
       await self._compile_into(callback_context, llm_request, started)
     except ContextBudgetExhausted as e:
       if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
@@ -241,6 +246,9 @@ class ContextPackPlugin(BasePlugin):
       actual = getattr(usage, "prompt_token_count", None) if usage else None
       cache = self._sessions.get(self._key(callback_context))
       sent = cache.sent if cache else None
+      chain = cache.chain if cache else None
+      if chain is not None and chain.actions is callback_context.actions:
+        _keep_cache_chain(chain, llm_response)
       if sent is not None and actual and sent.actions is callback_context.actions:
         cache.sent = None
         # The provider's count is its own tokenizer's: learn it for the model
@@ -258,11 +266,15 @@ class ContextPackPlugin(BasePlugin):
 
   # ------------------------------------------------------------------ compile
   def _key(self, ctx) -> tuple:
-    """One compiler per session, agent and branch: parallel runs of one agent
-    (workflow workers) see different histories and must not reset each other's."""
+    """One compiler per session, agent, branch and workflow node path: parallel
+    runs of one agent (workflow workers, or ``ctx.run_node`` lanes that share a
+    branch) see different histories and must not reset each other's; a shared
+    compiler re-synced by one lane while another awaits compiles the wrong
+    history. Node paths are stable across turns (``wf@1/writer@2``), so each
+    lane stays warm."""
     s = ctx.session
-    branch = getattr(ctx.get_invocation_context(), "branch", None)
-    return (s.app_name, s.user_id, s.id, ctx.agent_name, branch)
+    ic = ctx.get_invocation_context()
+    return (s.app_name, s.user_id, s.id, ctx.agent_name, getattr(ic, "branch", None), getattr(ic, "node_path", None))
 
   def _policy_for(self, agent: str) -> PackPolicy:
     return self.agent_policies.get(agent, self.policy)
@@ -331,8 +343,11 @@ class ContextPackPlugin(BasePlugin):
     """Append-only sync of the prior conversation; rebuilds if history was rewritten."""
     known = cache.fps
     n = len(known)
+    # An ADK compaction since the last sync rewrites the front and, with a fixed
+    # retention, keeps the length: its ends can match while the middle changed.
+    compacted, cache.compactions = cache.events.compactions != cache.compactions, cache.events.compactions
     grew = (
-        n > 0 and len(history) >= n
+        not compacted and n > 0 and len(history) >= n
         and sources.fingerprint(history[n - 1]) == known[-1]
         and sources.fingerprint(history[0]) == known[0]
     )
@@ -367,6 +382,11 @@ class ContextPackPlugin(BasePlugin):
     counter = self._counter_for([llm_request.model, *backups], llm_request.config)
     cache = self._cache_for(ctx, policy, counter)
     cache.events.update(ctx.session.events)
+    # ADK's token-threshold compaction may have summarized this invocation's own
+    # user turn (mid tool loop): the pack needs it, so it goes back after the summary.
+    restored = sources.compacted_request_at(contents, ctx.session.events, ctx.invocation_id, ctx.user_content, cache.events)
+    if restored is not None:
+      contents.insert(restored, ctx.user_content)
     # The conversation proper, as positions in ``contents``: ADK's instruction
     # contents are neither history nor the user turn.
     instructions = _instruction_positions(llm_request, contents, cache.events.by_fp)
@@ -489,7 +509,9 @@ class ContextPackPlugin(BasePlugin):
     llm_request.config = new_config
     scoped.apply_tools_dict(llm_request)
     cache.tail_hint = pack.tail_start_id
-    cache.sent = _Sent(ctx.actions, model, estimate, llm_request)
+    payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
+    _hold_cache_creation(llm_request, payload_at)
+    cache.sent = cache.chain = _Sent(ctx.actions, model, estimate, llm_request, payload_at)
     state[TAIL_KEY_PREFIX + agent] = pack.tail_start_id
     if not pack.valid:
       self._log_once("invalid:" + _shape(";".join(pack.problems)), logging.WARNING,
@@ -504,6 +526,8 @@ class ContextPackPlugin(BasePlugin):
     }
     if unread:
       runtime["state_unread"] = unread
+    if restored is not None:  # the request carries a user turn ADK's contents did not
+      runtime["restored_user_turn"] = restored
     # The request is already rewritten: a failed write loses the manifest, not the pack.
     version = None
     try:
@@ -624,6 +648,46 @@ def _placement(i: int, convo: list[int], anchor: int) -> Optional[str]:
   if not convo or i < convo[0]:
     return PLACED_FIRST
   return PLACED_BEFORE_REQUEST if i < convo[anchor] else None
+
+
+def _keep_cache_chain(sent: _Sent, llm_response) -> None:
+  """Keeps ADK's context-cache fingerprint chain on contents that persist.
+
+  On a tool step ADK's Gemini cache manager fingerprints every content before
+  the trailing function response, the payload included. The payload lives for
+  one invocation (the next sends the user's own turn there), so a session event
+  carrying that fingerprint never matches again and the cache is created a call
+  late. A fingerprint-only record reaching past the payload is replaced by the
+  prefix fingerprint the request came with, when that stops short of it. An
+  active cache's record is left alone: ADK must see it to use or delete it.
+  """
+  meta = getattr(llm_response, "cache_metadata", None)
+  if meta is None or meta.cache_name is not None or sent.payload_at is None or meta.contents_count <= sent.payload_at:
+    return
+  before = getattr(sent.request, "cache_metadata", None)
+  if before is not None and before.contents_count <= sent.payload_at:
+    llm_response.cache_metadata = type(before)(fingerprint=before.fingerprint, contents_count=before.contents_count)
+
+
+def _hold_cache_creation(llm_request, payload_at: int) -> None:
+  """No Gemini context cache is created on a step whose cacheable prefix holds the payload.
+
+  On a tool step ADK caches every content before the trailing function
+  response: such a cache holds the payload, misses from the next invocation
+  on, and is deleted there, so every tool-calling turn would create a cache
+  and run its first call uncached. Without a previous prompt size ADK's Gemini
+  manager creates none; a size under ``min_tokens`` already stops it, and is
+  kept for the prefix-marking models (Claude), which read it as a gate.
+  """
+  config, tokens = getattr(llm_request, "cache_config", None), getattr(llm_request, "cacheable_contents_token_count", None)
+  if config is None or tokens is None or tokens < config.min_tokens:
+    return
+  contents = llm_request.contents
+  start = len(contents)  # where ADK's cacheable prefix ends: before the trailing run of user contents
+  while start > 0 and contents[start - 1].role == "user":
+    start -= 1
+  if start > payload_at:
+    llm_request.cacheable_contents_token_count = None
 
 
 def _packed_by_agent(ctx) -> bool:

@@ -406,6 +406,16 @@ def _type_schema(value: Any) -> Any:
     return repr(value)
 
 
+COMPACTION_AUTHOR = "compaction"
+"""The author of an ADK compaction summary's turn: a model's summary, said by no participant."""
+
+
+def _compaction_of(event: Any) -> Any:
+  """The event's ``EventCompaction`` when ADK sends it as a summary, else None."""
+  compaction = getattr(getattr(event, "actions", None), "compaction", None)
+  return compaction if compaction is not None and compaction.compacted_content is not None else None
+
+
 @dataclass
 class EventIndex:
   """fingerprint → (timestamp, author, event id), grown incrementally.
@@ -416,10 +426,17 @@ class EventIndex:
   count-based cursor never indexed its new events (their turns lost their
   timestamps and authors). A session whose last indexed event is gone
   (rewound, replaced) is indexed again from scratch.
+
+  An ADK compaction event has no ``content``: the request carries its
+  ``compacted_content`` instead, dated at the end of the range it replaced.
   """
 
   last_id: Optional[str] = None
   by_fp: dict[str, EventInfo] = field(default_factory=dict)
+  summaries: set[str] = field(default_factory=set)
+  """Fingerprints of compaction summaries."""
+  compactions: int = 0
+  """Compaction events indexed, ever (re-indexing counts them again): each may rewrite the contents."""
 
   def update(self, events: Sequence[Any]) -> None:
     start = 0
@@ -429,12 +446,56 @@ class EventIndex:
           start = i + 1
           break
       else:
-        self.by_fp = {}
+        self.by_fp, self.summaries = {}, set()
     for ev in events[start:]:
-      if ev.content is not None and not getattr(ev, "partial", False):
+      compaction = _compaction_of(ev)
+      if compaction is not None:
+        fp = fingerprint(compaction.compacted_content)
+        self.summaries.add(fp)
+        self.compactions += 1
+        self.by_fp.setdefault(fp, EventInfo(compaction.end_timestamp, COMPACTION_AUTHOR, ev.id))
+      elif ev.content is not None and not getattr(ev, "partial", False):
         self.by_fp.setdefault(fingerprint(ev.content), EventInfo(ev.timestamp, ev.author, ev.id))
     if events:
       self.last_id = events[-1].id or None
+
+
+def compacted_request_at(
+    contents: Sequence[types.Content], events: Sequence[Any], invocation_id: Optional[str],
+    user_content: Optional[types.Content], index: EventIndex,
+) -> Optional[int]:
+  """Where the invocation's own user turn goes back, when ADK compacted it away.
+
+  ADK's token-threshold compaction runs before every model call and keeps
+  only the last ``event_retention_size`` raw events: in a tool loop it can
+  summarize the invocation's user message, leaving a request with no user
+  turn to carry the pack. The turn goes back right after the last summary,
+  where ADK would have ordered it: every raw event kept after a compacted one
+  is a later step of this invocation. None when the turn was not compacted.
+  """
+  if not index.summaries or user_content is None or not invocation_id:
+    return None
+  ranges = []  # compactions appended after the user turn; an earlier one cannot cover it
+  for ev in reversed(events):
+    compaction = _compaction_of(ev)
+    if compaction is not None:
+      ranges.append((compaction.start_timestamp, compaction.end_timestamp))
+      continue
+    if ev.invocation_id != invocation_id:
+      return None  # the invocation's events, and no user turn among them
+    if ev.author == "user" and ev.content is not None and not has_response(ev.content):
+      if not any(s is not None and e is not None and s <= ev.timestamp <= e for s, e in ranges):
+        return None
+      break
+  else:
+    return None
+  if any(c == user_content for c in contents):
+    return None
+  at = None
+  for i, content in enumerate(contents):
+    if fingerprint(content) in index.summaries:
+      at = i + 1
+  return at
 
 
 def now() -> float:

@@ -132,30 +132,6 @@ async def test_step_scoping_keeps_the_tool_adk_adds_to_reach_a_single_turn_sub_a
   assert events[-1].content.parts[0].text == "Done: vendor B."
 
 
-async def test_parallel_runs_of_one_agent_get_a_compiler_each():
-  """Workflow workers of one agent run in branches with different histories; a
-  shared compiler would be reset by each in turn (and lose calibration samples)."""
-  from google.adk.agents import LlmAgent
-  from google.adk.agents.callback_context import CallbackContext
-  from google.adk.agents.invocation_context import InvocationContext
-  from google.adk.sessions import InMemorySessionService, Session
-
-  from aether_frame.adk.plugin import ContextPackPlugin
-
-  plugin = ContextPackPlugin(window=8192)
-  agent = LlmAgent(name="worker", model="gemini-2.5-flash")
-  session = Session(app_name="app", user_id="u", id="s")
-
-  def ctx(branch):
-    inv = InvocationContext(
-        session_service=InMemorySessionService(), invocation_id="i1", agent=agent, session=session, branch=branch)
-    return CallbackContext(inv)
-
-  a, b = plugin._cache_for(ctx("root.worker@0"), plugin.policy), plugin._cache_for(ctx("root.worker@1"), plugin.policy)
-  assert a is not b
-  assert plugin._cache_for(ctx("root.worker@0"), plugin.policy) is a
-
-
 async def test_an_include_contents_none_agent_in_a_sequence_gets_a_pack():
   """Such an agent sees only ADK's relay of the previous agent ("For context: ...");
   with no user turn to anchor on, its requests used to go out unmodified: no contract,

@@ -29,6 +29,7 @@ The rewritten contents, in the original order:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -189,6 +190,8 @@ class ContextPackPlugin(BasePlugin):
     self._media_counters: dict[str, TokenCounter] = {}
     self.faults = 0
     self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
+    self._busy: dict[tuple, list] = {}
+    """Compiler key -> [lock, holders]: a key's lock lives only while someone holds or awaits it."""
     self._logged: OrderedDict[str, None] = OrderedDict()
     self._fault_injector = _fault_injector
 
@@ -228,10 +231,12 @@ class ContextPackPlugin(BasePlugin):
     try:
       # A request sent unmodified is not estimated, so nothing of an earlier
       # call may be left for after_model to compare it with.
-      cache = self._sessions.get(self._key(callback_context))
-      if cache is not None:
-        cache.sent = cache.chain = None
-      await self._compile_into(callback_context, llm_request, started)
+      key = self._key(callback_context)
+      async with self._serial(key):
+        cache = self._sessions.get(key)
+        if cache is not None:
+          cache.sent = cache.chain = None
+        await self._compile_into(callback_context, llm_request, started)
     except ContextBudgetExhausted as e:
       if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
         raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e
@@ -265,6 +270,28 @@ class ContextPackPlugin(BasePlugin):
     return None
 
   # ------------------------------------------------------------------ compile
+  @contextlib.asynccontextmanager
+  async def _serial(self, key: tuple):
+    """One compile at a time per compiler key.
+
+    ADK does not serialize a session's invocations (a user sending again
+    before the reply). A compile syncs the key's compiler with its request's
+    history and then awaits the artifact listing and the memory search; a
+    second invocation syncing it meanwhile made the first compile, and
+    describe in its manifest, the second's history.
+    """
+    entry = self._busy.get(key)
+    if entry is None:
+      entry = self._busy[key] = [asyncio.Lock(), 0]
+    entry[1] += 1
+    try:
+      async with entry[0]:
+        yield
+    finally:
+      entry[1] -= 1
+      if entry[1] == 0 and self._busy.get(key) is entry:
+        del self._busy[key]
+
   def _key(self, ctx) -> tuple:
     """One compiler per session, agent, branch and workflow node path: parallel
     runs of one agent (workflow workers, or ``ctx.run_node`` lanes that share a

@@ -146,7 +146,33 @@ def independent_tokens(request) -> int:
         if blob is not None:
           mime = (blob.mime_type or "").lower()
           total += 258 if mime.startswith(("image/", "video/", "application/pdf")) else 32 if mime.startswith("audio/") else 0
+          if mime in ("audio/wav", "audio/x-wav") and getattr(blob, "data", None):
+            total += _wav_tokens(blob.data) - 32
   return total
+
+
+def _wav_tokens(data: bytes) -> int:
+  """32 tokens per second of a WAV, its length read by the stdlib ``wave`` module."""
+  import io
+  import math
+  import wave
+
+  with wave.open(io.BytesIO(data)) as w:
+    return math.ceil(max(1.0, w.getnframes() / w.getframerate()) * 32)
+
+
+def wav_bytes(seconds: float, rate: int = 8000) -> bytes:
+  """A real (silent, mono, 16-bit) WAV of the given length."""
+  import io
+  import wave
+
+  buf = io.BytesIO()
+  with wave.open(buf, "wb") as w:
+    w.setnchannels(1)
+    w.setsampwidth(2)
+    w.setframerate(rate)
+    w.writeframes(b"\0\0" * int(rate * seconds))
+  return buf.getvalue()
 
 
 def fits(request, window: int, reserve: int) -> None:

@@ -129,3 +129,26 @@ def test_request_level_resolution_is_the_default_for_parts_without_one():
   assert count_part(_image(), counter_for(high.describe())) == 280  # replay rebuilds it
   assert GEMINI_3_MEDIA.for_request("MEDIA_RESOLUTION_UNSPECIFIED") is GEMINI_3_MEDIA
   assert GEMINI_2_MEDIA.for_request("MEDIA_RESOLUTION_LOW") is GEMINI_2_MEDIA
+
+
+async def test_an_inline_wav_is_costed_by_its_length_and_the_history_makes_room():
+  """A 5-minute voice note is 9,600 tokens; it cost the one-minute guess (1,920), so the
+  pack kept ~7,700 tokens of history too many and went over the window."""
+  from tests.adk_support import Recorder, fits, independent_tokens, say, wav_bytes
+
+  window = 16_384
+  model = OfflineLlm(default="noted. " * 20)
+  ag = LlmAgent(name="assistant", model=model, instruction="Be brief.")
+  recorder = Recorder()
+  runner = make_runner(ag, [recorder, ContextPackPlugin(window=window)])
+  session = await new_session(runner)
+  for t in range(40):
+    await say(runner, session.id, f"turn {t}: " + "notes on the quarterly plan and its risks. " * 30)
+  voice = types.Part(inline_data=types.Blob(mime_type="audio/wav", data=wav_bytes(300)))
+  await say(runner, session.id, "Please transcribe this.", parts=[voice])
+  sent, original = model.received[-1], recorder.requests[-1]
+  assert independent_tokens(original) > window  # without the pack it overflows
+  fits(sent, window, window // 10)
+  doc = (await manifests(runner, session.id))[-1]
+  assert doc["layers"]["task"]["used"] >= 9_600
+  assert sent.contents[-1].parts[-1].inline_data.data == voice.inline_data.data  # the audio itself is sent

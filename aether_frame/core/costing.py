@@ -19,6 +19,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
+from .media_probe import media_duration
+
 __all__ = [
     "TokenCounter",
     "EstimatingCounter",
@@ -500,10 +502,14 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str], rules: Me
     return image_tokens(width, height)
   if mime.startswith("audio/"):
     d = _duration(part, blob)
+    if d is None and data:  # the header states it: better than the one-minute guess
+      d = media_duration(data, mime)
     seconds = AUDIO_UNKNOWN_SECONDS if d is None else min(max(d, 1.0), AUDIO_MAX_SECONDS)
     return math.ceil(seconds * AUDIO_TOKENS_PER_SECOND)
   if mime.startswith("video/"):
     d = _duration(part, blob)
+    if d is None and data:
+      d = media_duration(data, mime)
     seconds = VIDEO_UNKNOWN_SECONDS if d is None else min(max(d, 1.0), VIDEO_MAX_SECONDS)
     # fps > 1 samples more frames; scale conservatively (fps < 1 is not discounted).
     tokens = math.ceil(seconds * VIDEO_TOKENS_PER_SECOND * _fps(part))

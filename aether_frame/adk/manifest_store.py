@@ -6,13 +6,17 @@ no storage code here. The inputs (items, policy, history hash chunks) are
 content-addressed blobs written once per user, in a scope of their own so the
 plugin's ``list_artifacts`` never sees them. A store that fails or hangs does
 not stop the agent: the write goes to a local spool, flushed in order later.
+If the spool refuses it too, the manifest is held in memory (bounded) and
+retried on the next call; what is dropped is counted and logged as an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
@@ -39,6 +43,9 @@ BLOB_REFRESH_SECONDS = 30 * 86400.0
 """A blob whose newest copy is older than this is written again when next used,
 so an age-based lifecycle rule on blobs never removes one a recent manifest needs."""
 DEFAULT_TIMEOUT = 5.0
+DEFAULT_MAX_HELD = 64
+"""Manifests kept in memory while both the store and the spool refuse them;
+each holds its document and shares the session's input blobs with the encoder."""
 _KNOWN_MAX = 200_000
 _KNOWN_TTL = 6 * 3600.0
 """Re-check blob existence after this long, so a lifecycle deletion is noticed."""
@@ -76,6 +83,31 @@ class FlushReport:
   errors: list[str] = field(default_factory=list)
   busy: bool = False
   """Another process (or a still-running upload) holds the spool; try again shortly."""
+  held: int = 0
+  """Manifests still in this process's memory: neither the store nor the spool took them."""
+
+
+@dataclass
+class _Held:
+  """A manifest neither the store nor the spool took: kept for the next attempt."""
+
+  service: Any
+  entry: dict[str, Any]
+  blobs: Mapping[str, bytes]
+  reason: str
+  task: Optional[asyncio.Task] = None
+  """An upload that timed out and may still land."""
+
+
+def _report_unstored(held: collections.deque) -> None:
+  """At exit (or when the writer goes away): manifests still held are lost; say so."""
+  if held:
+    logger.error("%d context-pack manifest(s) held in memory were never stored (the artifact store and the spool "
+                 "both failed); first: %s", len(held), _label(held[0].entry))
+
+
+def _label(entry: dict[str, Any]) -> str:
+  return f"{entry['app']}/{entry['user']}/{entry['session']} pack {entry['manifest'].get('pack_id')}"
 
 
 class ManifestWriter:
@@ -86,6 +118,8 @@ class ManifestWriter:
   of the app's. ``spool_dir=False`` turns the spool off (store errors then
   propagate). ``timeout`` bounds one store attempt: google-cloud-storage
   retries a dead endpoint for up to 120 s, which must not stall a model call.
+  ``max_held``: manifests kept in memory while the spool is unwritable too;
+  beyond it the oldest is dropped, counted in ``stats["lost"]`` and logged.
   """
 
   def __init__(
@@ -99,7 +133,10 @@ class ManifestWriter:
       refresh_after: float = BLOB_REFRESH_SECONDS,
       spool_dir: Union[str, Path, None, bool] = None,
       timeout: float = DEFAULT_TIMEOUT,
+      max_held: int = DEFAULT_MAX_HELD,
   ):
+    if max_held < 1:
+      raise ValueError(f"max_held must be >= 1, got {max_held}")
     self.filename = filename
     self.service = service
     self.store_inputs = store_inputs
@@ -112,7 +149,13 @@ class ManifestWriter:
     self._warned: set[str] = set()
     self.last_document: Optional[dict[str, Any]] = None
     self.last_write: dict[str, Any] = {}
-    self.stats = {"stored": 0, "spooled": 0, "flushed": 0, "blobs_written": 0, "blob_bytes": 0, "manifest_bytes": 0}
+    self.stats = {"stored": 0, "spooled": 0, "flushed": 0, "blobs_written": 0, "blob_bytes": 0, "manifest_bytes": 0,
+                  "held": 0, "lost": 0}
+    """Counters, but ``held``: how many manifests are in memory now."""
+    self.max_held = max_held
+    self._held: collections.deque[_Held] = collections.deque()
+    self._retrying = False
+    weakref.finalize(self, _report_unstored, self._held)
     self._known: dict[tuple[str, ...], set[str]] = {}
     """store + blob scope → blob keys known to be there (checked at most every _KNOWN_TTL)."""
     self._known_since = time.monotonic()
@@ -141,7 +184,9 @@ class ManifestWriter:
   async def write(self, ctx, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> Optional[int]:
     """Stores the manifest; returns its version, or None if spooled or not stored."""
     ic = ctx.get_invocation_context()
-    doc, blobs = self.prepare(body, runtime, compile_input, stream=(ic.app_name, ic.user_id, ic.session.id, body.get("agent")))
+    # One stream per compiler (see ``ContextPackPlugin._key``): lanes of one agent would undo each other's memo.
+    stream = (ic.app_name, ic.user_id, ic.session.id, body.get("agent"), ic.branch, getattr(ic, "node_path", None))
+    doc, blobs = self.prepare(body, runtime, compile_input, stream=stream)
     self.last_document = doc
     service = self.service or ic.artifact_service
     if self.service is not None:
@@ -157,10 +202,18 @@ class ManifestWriter:
       return await self._store(service, entry, ctx=ctx, blobs=blobs)
     for name in [n for n, t in self._orphans.items() if t.done() and not (self.spool.root / n).exists()]:
       del self._orphans[name]  # settled, and its entry was flushed elsewhere (e.g. the CLI)
-    if self.spool.pending(entry["store"]):
-      await self.flush(service)
-      if self.spool.pending(entry["store"]):
-        self._to_spool(entry, blobs, "earlier manifests are still waiting in the spool")
+    if self._held:
+      await self._retry_held()
+      if any(h.entry["store"] == entry["store"] for h in self._held):  # after them, in call order
+        self._hold(_Held(service, entry, blobs, "earlier manifests are still held in memory"))
+        return None
+    if self._pending(entry["store"]):
+      try:
+        await self.flush(service)
+      except Exception as e:  # the spool's lock cannot be taken: its entries wait, so does this one
+        self._warn("flush:" + type(e).__name__, "flushing the spool %s failed: %r", self.spool.root, e)
+      if self._pending(entry["store"]):
+        self._to_spool(service, entry, blobs, "earlier manifests are still waiting in the spool")
         return None
     task = asyncio.ensure_future(self._store(service, entry, ctx=ctx, blobs=blobs))
     done, _ = await asyncio.wait({task}, timeout=self.timeout)
@@ -170,8 +223,8 @@ class ManifestWriter:
       reason = f"{type(task.exception()).__name__}: {task.exception()}"
     else:
       reason = f"no answer within {self.timeout:g}s"
-    path = self._to_spool(entry, blobs, reason)
-    if task not in done:
+    path = self._to_spool(service, entry, blobs, reason, task=None if task in done else task)
+    if path is not None and task not in done:
       self._adopt(path, task)
     return None
 
@@ -181,17 +234,101 @@ class ManifestWriter:
     if self.spool.acquire():
       task.add_done_callback(lambda _t: self.spool.release())
 
-  def _to_spool(self, entry: dict[str, Any], blobs: Mapping[str, bytes], reason: str) -> Path:
-    """Spools the manifest with every blob it references, even those its store already has.
+  def _to_spool(self, service, entry: dict[str, Any], blobs: Mapping[str, bytes], reason: str,
+                task: Optional[asyncio.Task] = None) -> Optional[Path]:
+    """Spools the manifest; held in memory instead (None) if the spool refuses it too."""
+    try:
+      path = self._spool_add(entry, blobs, reason)
+    except Exception as e:
+      self._hold(_Held(service, entry, blobs, reason, task), spool_error=e)
+      return None
+    self._warn("spool:" + reason.split(":")[0], "artifact store failed (%s); manifest spooled to %s, the run continues", reason, self.spool.root)
+    return path
+
+  def _spool_add(self, entry: dict[str, Any], blobs: Mapping[str, bytes], reason: str) -> Path:
+    """Writes the entry with every blob it references, even those its store already has.
 
     ``flush --to`` may send the entry to another store, which has none of them.
     """
-    entry["blobs"] = {k: blobs[k].decode("utf-8") for k in blobs}
-    entry["reason"] = reason[:500]
-    path = self.spool.add(entry)
+    path = self.spool.add({**entry, "blobs": {k: blobs[k].decode("utf-8") for k in blobs}, "reason": reason[:500]})
     self.stats["spooled"] += 1
-    self._warn("spool:" + reason.split(":")[0], "artifact store failed (%s); manifest spooled to %s, the run continues", reason, self.spool.root)
     return path
+
+  def _pending(self, store: str) -> list[Path]:
+    """The spool's waiting entries for ``store``; none if it cannot be read (nothing of it can be flushed then)."""
+    try:
+      return self.spool.pending(store)
+    except OSError as e:
+      self._warn("spool-read:" + type(e).__name__, "the spool %s cannot be read (%r); its entries wait for `aether-frame flush`",
+                 self.spool.root, e)
+      return []
+
+  def _hold(self, held: _Held, spool_error: Optional[BaseException] = None) -> None:
+    """Keeps a manifest neither the store nor the spool took, for the next call; drops the oldest beyond ``max_held``.
+
+    Its blobs are the encoder's own bytes (shared with the session's later
+    calls), not a copy, so holding a long session's manifests costs little.
+    """
+    self._held.append(held)
+    if spool_error is not None:
+      self._warn(f"held:{type(spool_error).__name__}", "context-pack manifest for %s not stored: the artifact store failed "
+                 "(%s) and the spool %s failed too (%r); kept in memory (up to %d) and retried on the next call",
+                 _label(held.entry), held.reason, self.spool.root, spool_error, self.max_held, level=logging.ERROR)
+    while len(self._held) > self.max_held:
+      lost = self._held.popleft()
+      self.stats["lost"] += 1
+      logger.error("context-pack manifest for %s lost: %d manifests are held in memory while the artifact store and "
+                   "the spool %s both fail; %d lost so far", _label(lost.entry), self.max_held, self.spool.root,
+                   self.stats["lost"])
+    self.stats["held"] = len(self._held)
+
+  async def _retry_held(self) -> None:
+    """Held manifests, oldest first: into the spool if it takes them again, else straight to their store.
+
+    A store write waits for the spooled entries of that store (call order),
+    and at most one attempt per call may take ``timeout``. One retry at a
+    time: a concurrent call finds it running and holds its own manifest.
+    """
+    if self._retrying:
+      return
+    self._retrying = True
+    try:
+      await self._retry_held_once()
+    finally:
+      self._retrying = False
+    self.stats["held"] = len(self._held)
+    if not self._held:
+      self._warned = {k for k in self._warned if not k.startswith("held:")}  # a later outage is reported again
+
+  async def _retry_held_once(self) -> None:
+    while self._held:
+      h = self._held[0]
+      if h.task is not None and h.task.done():
+        landed = not h.task.cancelled() and h.task.exception() is None
+        h.task = None
+        if landed:  # an upload that timed out got there after all
+          self._held.popleft()
+          continue
+      try:
+        path = self._spool_add(h.entry, h.blobs, h.reason)
+      except Exception:
+        break
+      self._held.popleft()
+      if h.task is not None:
+        self._adopt(path, h.task)
+    while self._held:
+      h = self._held[0]
+      if h.task is not None or self._pending(h.entry["store"]):
+        break
+      task = asyncio.ensure_future(self._store(h.service, h.entry, dedupe=True, blobs=h.blobs))
+      done, _ = await asyncio.wait({task}, timeout=self.timeout)
+      if task not in done:
+        h.task = task
+        break
+      if task.exception() is not None:
+        break
+      if self._held and self._held[0] is h:  # (not dropped meanwhile by a full buffer)
+        self._held.popleft()
 
   async def _store(self, service, entry: dict[str, Any], *, ctx=None, dedupe: bool = False,
                    blobs: Optional[Mapping[str, bytes]] = None, check_refs: bool = False) -> int:
@@ -300,6 +437,16 @@ class ManifestWriter:
     target = store_uri(service)
     store = store or target
     async with self._flush_lock:
+      if self._held:
+        await self._retry_held()
+      report.held = len(self._held)
+      try:  # an unwritable spool: say so, in the report, instead of raising out of the agent's call
+        if self.spool.acquire():
+          self.spool.release()
+      except OSError as e:
+        report.errors.append(f"spool {self.spool.root} cannot be used: {type(e).__name__}: {e}")
+        report.pending = len(self._pending(store))
+        return report
       with self.spool.lock() as mine:
         if not mine:
           report.pending = len(self.spool.pending(store))
@@ -342,11 +489,11 @@ class ManifestWriter:
           self.spool.collect()
     return report
 
-  def _warn(self, key: str, msg: str, *args) -> None:
+  def _warn(self, key: str, msg: str, *args, level: int = logging.WARNING) -> None:
     if key in self._warned:
       return
     self._warned.add(key)
-    logger.warning(msg, *args)
+    logger.log(level, msg, *args)
 
 
 class CorruptBlobError(ValueError):

@@ -18,7 +18,10 @@ Key layout (KEYS order is shared by the scripts):
   uindex    zset   session id scored by last update time; ids of expired
                    sessions are dropped by list_sessions and create_session
   astate    hash   app-scoped state (omitted in Cluster mode: other slot)
-  ausers    set    user ids with sessions in the app (omitted likewise)
+  ausers    set    user ids with sessions in the app (omitted likewise); a
+                   delete of a user's last session takes the user out, and
+                   users whose sessions all expired are dropped by
+                   list_sessions (PRUNE_USERS)
 """
 
 from __future__ import annotations
@@ -278,10 +281,15 @@ return {'ok', redis.call('HGETALL', KEYS[1]), out,
 """
 
 DELETE = "#!lua\n" + _COMMON + r"""
--- KEYS: meta, events, event_ids, ustate, uindex; ARGV: sid
-check_types(false)
+-- KEYS: meta, events, event_ids, ustate, uindex[, astate, ausers];
+-- ARGV: sid, user
+local with_app = KEYS[6] ~= nil
+check_types(with_app)
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[5], ARGV[1])
+if with_app and redis.call('EXISTS', KEYS[5]) == 0 then
+  redis.call('SREM', KEYS[7], ARGV[2])
+end
 return 1
 """
 
@@ -313,6 +321,22 @@ end
 return n
 """
 
+PRUNE_USERS = "#!lua\n" + _COMMON + r"""
+-- Drops users with no session left (all expired or deleted) from the app's
+-- user set, re-checking each user's index here so that a user whose create
+-- landed since the caller looked stays.
+-- KEYS: ausers, then each user's uindex; ARGV: the user ids
+expect(KEYS[1], 'set')
+for i = 2, #KEYS do expect(KEYS[i], 'zset') end
+local n = 0
+for i = 1, #ARGV do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    n = n + redis.call('SREM', KEYS[1], ARGV[i])
+  end
+end
+return n
+"""
+
 SOURCES = {
     "create": CREATE,
     "append": APPEND,
@@ -320,4 +344,5 @@ SOURCES = {
     "delete": DELETE,
     "app_write": APP_WRITE,
     "prune": PRUNE,
+    "prune_users": PRUNE_USERS,
 }

@@ -188,7 +188,9 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
       raise AlreadyExistsError(f"Session with id {session_id} already exists.")
     ver, mtime, user_flat, app_flat = ru.text(res[1]), res[2], res[3], res[4]
     if self._cluster:
-      app_flat = await self._write_app(keys, None, deltas["app"])
+      # The user again, now that the session is indexed: a concurrent
+      # _prune_users may have taken it out after the first add.
+      app_flat = await self._write_app(keys, user_id, deltas["app"])
     session = Session(
         app_name=app_name,
         user_id=user_id,
@@ -277,8 +279,14 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
     )
     app_state = _load_state(ru.hash_flat(app_flat), app_key)
     sessions: list[Session] = []
+    empty = []
     for uid in user_ids:
-      sessions.extend(await self._list_user(app_name, uid, app_state))
+      found = await self._list_user(app_name, uid, app_state)
+      sessions.extend(found)
+      if not found:
+        empty.append(uid)
+    if user_id is None and empty:
+      await self._prune_users(app_name, empty)
     sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
     return ListSessionsResponse(sessions=sessions)
 
@@ -334,10 +342,12 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
   ) -> None:
     session_id = session_id.strip() if session_id else session_id
     keys = self._keys(app_name, user_id, session_id)
+    # The last session of a user takes the user out of the app's set (in
+    # Cluster mode that set is in another slot: list_sessions prunes it).
     await self._scripts.run(
         "delete",
-        keys.script_keys(False),
-        [session_id],
+        keys.script_keys(not self._cluster),
+        [session_id, user_id],
         operation="delete_session",
     )
 
@@ -435,6 +445,36 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
     )
     if ids:
       await self._prune(app_name, user_id, [ru.text(i) for i in ids])
+
+  async def _prune_users(self, app_name: str, user_ids: list[str]) -> int:
+    """Takes users with no session left out of the app's user set.
+
+    The set is only ever added to by creates, while sessions expire one key
+    at a time; without this it kept every user the app ever had, each read
+    again by every list_sessions. Returns how many were taken out.
+    """
+    app = self._keys(app_name, "", "")
+    indexes = [self._keys(app_name, u, "").user_index for u in user_ids]
+    if not self._cluster:
+      return int(await self._scripts.run(
+          "prune_users", [app.app_users, *indexes], user_ids,
+          operation="app user set cleanup",
+      ))
+    # Cluster: the set and each index sit in different slots, so no script
+    # sees both. Take the user out, then look again: a create adds its user
+    # after its session is indexed (see create_session), so either that add
+    # comes after this removal or this second look sees the index.
+    removed = 0
+    for uid, index in zip(user_ids, indexes):
+      op = "app user set cleanup"
+      if await ru.guarded(op, index, self._client.exists(index)):
+        continue
+      n = await ru.guarded(op, app.app_users, self._client.srem(app.app_users, uid))
+      if await ru.guarded(op, index, self._client.exists(index)):
+        await self._write_app(self._keys(app_name, uid, ""), uid, {})
+        continue
+      removed += n
+    return removed
 
   async def _prune(self, app_name: str, user_id: str, ids: list[str]) -> None:
     """Expiry removes a session's keys but not its id in the user index;

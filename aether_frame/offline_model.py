@@ -4,6 +4,11 @@ It records exactly what it received, answers from a script (text or tool
 calls), and reports ``usage_metadata.prompt_token_count`` from a *different*
 tokenizer (cl100k_base, plus framing), so the calibration loop has a real
 gap to learn, as it would against Gemini.
+
+Streamed (``RunConfig(streaming_mode=SSE)`` and ``stream_chunks`` > 0), it
+answers as ADK's Gemini model does: each text part in ``stream_chunks``
+partial responses, then one final response with the whole content and the
+usage (on the partials too with ``partial_usage``, as Gemini reports it).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ class OfflineLlm(BaseLlm):
   script: list[Any] = Field(default_factory=list)
   default: Any = "ok"
   report_usage: bool = True
+  stream_chunks: int = 0
+  partial_usage: bool = False
   _received: list[LlmRequest] = PrivateAttr(default_factory=list)
   _cursor: int = PrivateAttr(default=0)
 
@@ -51,7 +58,18 @@ class OfflineLlm(BaseLlm):
     usage = None
     if self.report_usage:
       usage = types.GenerateContentResponseUsageMetadata(prompt_token_count=_foreign_count(llm_request))
+    if stream and self.stream_chunks > 0:
+      for part in content.parts or ():
+        for piece in _pieces(part.text or "", self.stream_chunks):
+          chunk = types.Content(role="model", parts=[types.Part(text=piece, thought=part.thought)])
+          yield LlmResponse(content=chunk, partial=True, usage_metadata=usage if self.partial_usage else None)
     yield LlmResponse(content=content, usage_metadata=usage)
+
+
+def _pieces(text: str, n: int) -> list[str]:
+  """``text`` cut into at most ``n`` non-empty pieces, in order."""
+  size = max(1, -(-len(text) // n))
+  return [text[i:i + size] for i in range(0, len(text), size)]
 
 
 def _foreign_count(llm_request: LlmRequest) -> int:

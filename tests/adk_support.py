@@ -103,7 +103,8 @@ def independent_tokens(request) -> int:
   itself decides with, so a costing bug (a part type ignored, a config field not
   charged) passed them. This count reads the request directly with raw tiktoken:
   system text, response schema, tool declarations and every part (text as text,
-  calls and responses as compact JSON, media at their cheapest documented unit),
+  calls and responses as compact JSON, code and its output as text, media at
+  their cheapest documented unit),
   4 tokens per content. It is a floor, not the exact figure, so ``fits`` holds
   for a correct costing and fails for one that leaves something out.
   """
@@ -142,6 +143,10 @@ def independent_tokens(request) -> int:
         total += n(compact({"name": part.function_call.name, "args": part.function_call.args or {}}))
       if part.function_response is not None:
         total += n(compact(part.function_response.response or {}))
+      if part.executable_code is not None:
+        total += n(part.executable_code.code or "")
+      if part.code_execution_result is not None:
+        total += n(part.code_execution_result.output or "")
       for blob in (part.inline_data, part.file_data):
         if blob is not None:
           mime = (blob.mime_type or "").lower()

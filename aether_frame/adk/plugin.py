@@ -131,8 +131,8 @@ class _SessionCache:
   fps: list[str] = field(default_factory=list)
   spans: list[tuple[int, int]] = field(default_factory=list)
   events: sources.EventIndex = field(default_factory=sources.EventIndex)
-  compactions: int = 0
-  """``events.compactions`` when the history was last synced."""
+  rewrites: int = 0
+  """``events.rewrites`` when the history was last synced."""
   tail_hint: Optional[str] = None
   sent: Optional[_Sent] = None
   chain: Optional[_Sent] = None
@@ -236,7 +236,8 @@ class ContextPackPlugin(BasePlugin):
         cache = self._sessions.get(key)
         if cache is not None:
           cache.sent = cache.chain = None
-        await self._compile_into(callback_context, llm_request, started)
+        if not _over_call_limit(callback_context):
+          await self._compile_into(callback_context, llm_request, started)
     except ContextBudgetExhausted as e:
       if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
         raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e
@@ -366,15 +367,20 @@ class ContextPackPlugin(BasePlugin):
     self._sessions.move_to_end(key)
     return cache
 
-  def _sync_history(self, cache: _SessionCache, history: list[types.Content]) -> None:
-    """Append-only sync of the prior conversation; rebuilds if history was rewritten."""
+  def _sync_history(self, cache: _SessionCache, history: list[types.Content],
+                    result_openings: Sequence[str] = ()) -> None:
+    """Append-only sync of the prior conversation; rebuilds if history was rewritten.
+
+    ``result_openings``: how the agent's code executor's results open (see ``sources.is_code_result``).
+    """
     known = cache.fps
     n = len(known)
     # An ADK compaction since the last sync rewrites the front and, with a fixed
-    # retention, keeps the length: its ends can match while the middle changed.
-    compacted, cache.compactions = cache.events.compactions != cache.compactions, cache.events.compactions
+    # retention, keeps the length; a rewind (served by another worker, say) drops
+    # turns that new ones replace: either way the ends can match while the middle changed.
+    rewritten, cache.rewrites = cache.events.rewrites != cache.rewrites, cache.events.rewrites
     grew = (
-        not compacted and n > 0 and len(history) >= n
+        not rewritten and n > 0 and len(history) >= n
         and sources.fingerprint(history[n - 1]) == known[-1]
         and sources.fingerprint(history[0]) == known[0]
     )
@@ -390,7 +396,7 @@ class ContextPackPlugin(BasePlugin):
     restart = cache.spans[-1][0] if cache.spans else 0
     keep_groups = len(cache.spans) - 1 if cache.spans else 0
     cache.compiler.truncate_history(keep_groups)
-    spans = [(s + restart, e + restart) for s, e in sources.group_spans(history[restart:])]
+    spans = [(s + restart, e + restart) for s, e in sources.group_spans(history[restart:], result_openings)]
     items = [
         sources.group_item(history, span, cache.compiler.counter, cache.events.by_fp.get(fps[span[0]]), fps)
         for span in spans
@@ -426,7 +432,7 @@ class ContextPackPlugin(BasePlugin):
       return
     window = self.window or self._window_for(llm_request.model, backups)
     history = [contents[i] for i in convo[:anchor]]
-    self._sync_history(cache, history)
+    self._sync_history(cache, history, _code_result_openings(ctx))
     state = ctx.state
 
     plan = _validated(PlanState, state.get(PLAN_KEY), PLAN_KEY)
@@ -715,6 +721,32 @@ def _hold_cache_creation(llm_request, payload_at: int) -> None:
     start -= 1
   if start > payload_at:
     llm_request.cacheable_contents_token_count = None
+
+
+def _over_call_limit(ctx) -> bool:
+  """Whether ADK refuses this call for ``RunConfig.max_llm_calls``.
+
+  ADK counts the call after the before-model callbacks and then raises: a
+  pack compiled for it is never sent, yet its manifest, tail hint and
+  estimate would stay behind as if it had been.
+  """
+  try:
+    ic = ctx.get_invocation_context()
+    limit = ic.run_config.max_llm_calls
+    made = ic._invocation_cost_manager._number_of_llm_calls
+  except Exception:  # an ADK that counts otherwise: the call is packed
+    return False
+  return isinstance(limit, int) and isinstance(made, int) and 0 < limit <= made
+
+
+def _code_result_openings(ctx) -> tuple[str, ...]:
+  """How the agent's code executor opens a result: ADK sends each as a user text with it."""
+  try:
+    executor = getattr(ctx.get_invocation_context().agent, "code_executor", None)
+    opening = executor.execution_result_delimiters[0] if executor is not None else None
+  except Exception:  # an executor of another shape: results are grouped as turns
+    return ()
+  return (opening,) if isinstance(opening, str) and opening else ()
 
 
 def _packed_by_agent(ctx) -> bool:

@@ -1,8 +1,9 @@
 """Turn an ADK request and callback context into compiler candidates.
 
 Only this module and ``plugin.py`` know ADK types. Conversation contents are
-grouped so a function_call never travels without its function_response, and
-so a pending call or a confirmation request is pinned.
+grouped so a function_call never travels without its function_response (nor
+a code result without its code), and so a pending call or a confirmation
+request is pinned.
 """
 
 from __future__ import annotations
@@ -192,8 +193,27 @@ def _is_pinned(chunk: Sequence[types.Content]) -> bool:
   return bool(unanswered_calls(chunk))
 
 
-def group_spans(contents: Sequence[types.Content]) -> list[tuple[int, int]]:
-  """[start, end) spans; a content answering earlier calls joins their span."""
+def is_code_result(content: types.Content, result_openings: Sequence[str] = ()) -> bool:
+  """A code executor's result, as its own content.
+
+  ADK stores it as a model content of ``code_execution_result`` parts and,
+  for an agent with a (non built-in) code executor, sends it to the model as
+  one user text opening with the executor's result delimiter (``result_openings``).
+  """
+  parts = content.parts or ()
+  if parts and all(p.code_execution_result is not None for p in parts):
+    return True
+  return (content.role == "user" and len(parts) == 1 and isinstance(parts[0].text, str)
+          and any(o and parts[0].text.startswith(o) for o in result_openings))
+
+
+def group_spans(contents: Sequence[types.Content], result_openings: Sequence[str] = ()) -> list[tuple[int, int]]:
+  """[start, end) spans; a content answering earlier calls joins their span.
+
+  A code result joins the model content before it (the code it ran): alone
+  at the front of a trimmed tail it would be output of code the model no
+  longer sees, and it reads as a user turn.
+  """
   spans: list[list[int]] = []
   ledger = OpenCalls()
   for i, content in enumerate(contents):
@@ -203,6 +223,8 @@ def group_spans(contents: Sequence[types.Content]) -> list[tuple[int, int]]:
       where = ledger.answer(rid)
       if where is not None and (first is None or where < first):
         first = where
+    if first is None and i and contents[i - 1].role == "model" and is_code_result(content, result_openings):
+      first = i - 1
     if first is None:
       spans.append([i, i + 1])
     else:
@@ -429,14 +451,17 @@ class EventIndex:
 
   An ADK compaction event has no ``content``: the request carries its
   ``compacted_content`` instead, dated at the end of the range it replaced.
+  A rewind event (``Runner.rewind_async``) deletes nothing: ADK drops the
+  rewound invocations from later contents, so it counts as a rewrite.
   """
 
   last_id: Optional[str] = None
   by_fp: dict[str, EventInfo] = field(default_factory=dict)
   summaries: set[str] = field(default_factory=set)
   """Fingerprints of compaction summaries."""
-  compactions: int = 0
-  """Compaction events indexed, ever (re-indexing counts them again): each may rewrite the contents."""
+  rewrites: int = 0
+  """Compaction and rewind events indexed, ever (re-indexing counts them again): each may
+  change earlier contents, so an append-only look at the history's ends cannot be trusted."""
 
   def update(self, events: Sequence[Any]) -> None:
     start = 0
@@ -448,16 +473,28 @@ class EventIndex:
       else:
         self.by_fp, self.summaries = {}, set()
     for ev in events[start:]:
+      if getattr(getattr(ev, "actions", None), "rewind_before_invocation_id", None):
+        self.rewrites += 1  # ADK leaves the rewound invocations out of later contents
       compaction = _compaction_of(ev)
       if compaction is not None:
         fp = fingerprint(compaction.compacted_content)
         self.summaries.add(fp)
-        self.compactions += 1
+        self.rewrites += 1
         self.by_fp.setdefault(fp, EventInfo(compaction.end_timestamp, COMPACTION_AUTHOR, ev.id))
       elif ev.content is not None and not getattr(ev, "partial", False):
-        self.by_fp.setdefault(fingerprint(ev.content), EventInfo(ev.timestamp, ev.author, ev.id))
+        info = EventInfo(ev.timestamp, ev.author, ev.id)
+        self.by_fp.setdefault(fingerprint(ev.content), info)
+        if any(p.thought for p in ev.content.parts or ()):
+          # A planner that rewrites responses (PlanReActPlanner) has ADK send
+          # them with their ``thought`` flags cleared.
+          self.by_fp.setdefault(fingerprint(_without_thought_flags(ev.content)), info)
     if events:
       self.last_id = events[-1].id or None
+
+
+def _without_thought_flags(content: types.Content) -> types.Content:
+  parts = [p.model_copy(update={"thought": None}) if p.thought else p for p in content.parts or ()]
+  return content.model_copy(update={"parts": parts})
 
 
 def compacted_request_at(

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from .media_probe import media_duration
+from .media_probe import b64_slice, media_duration
 
 __all__ = [
     "TokenCounter",
@@ -328,21 +328,7 @@ class _Base64Window:
     self._s = s
 
   def read(self, offset: int, n: int) -> bytes:
-    if offset < 0 or n <= 0:
-      return b""
-    start_group = offset // 3
-    end_group = -(-(offset + n) // 3)
-    chunk = self._s[start_group * 4 : end_group * 4]
-    if not chunk:
-      return b""
-    chunk = chunk.translate(_B64_URLSAFE)
-    chunk += "=" * (-len(chunk) % 4)
-    try:
-      raw = base64.b64decode(chunk, validate=False)
-    except (binascii.Error, ValueError):
-      return b""
-    skip = offset - start_group * 3
-    return raw[skip : skip + n]
+    return b64_slice(self._s, offset, n, validate=False)
 
 
 class _BytesWindow:

@@ -126,18 +126,32 @@ class _Base64:
     self._reads += 1
     if self._reads > _MAX_READS:
       raise _Exhausted
-    if offset < 0 or n <= 0 or offset >= self.size:
+    if offset >= self.size:
       return b""
-    first = offset // 3
-    last = -(-(offset + n) // 3)
-    chunk = self._s[first * 4 : last * 4].translate(_B64_URLSAFE)
-    chunk += "=" * (-len(chunk) % 4)
-    try:
-      raw = base64.b64decode(chunk, validate=True)
-    except (binascii.Error, ValueError):
-      return b""
-    skip = offset - first * 3
-    return raw[skip : skip + n]
+    return b64_slice(self._s, offset, n, validate=True)
+
+
+def b64_slice(s: str, offset: int, n: int, *, validate: bool) -> bytes:
+  """Bytes ``offset .. offset + n`` of base64 (or URL-safe base64) text ``s``,
+  decoding only the 4-character groups that hold them; b"" if they do not decode.
+
+  Shared with the image-header reader in ``costing``: a header lies in the
+  first kilobytes of a payload that may be megabytes of text.
+  """
+  if offset < 0 or n <= 0:
+    return b""
+  first = offset // 3
+  last = -(-(offset + n) // 3)
+  chunk = s[first * 4 : last * 4].translate(_B64_URLSAFE)
+  if not chunk:
+    return b""
+  chunk += "=" * (-len(chunk) % 4)
+  try:
+    raw = base64.b64decode(chunk, validate=validate)
+  except (binascii.Error, ValueError):
+    return b""
+  skip = offset - first * 3
+  return raw[skip : skip + n]
 
 
 def _reader(data: Any) -> _Bytes | _Base64 | None:

@@ -290,3 +290,15 @@ def test_an_upload_that_timed_out_while_the_spool_was_unwritable_is_not_sent_twi
 async def _gcs_stored(svc, sid: str) -> list[dict]:
   kw = dict(app_name=APP, user_id=USER, session_id=sid, filename=MANIFEST_FILENAME)
   return [json.loads((await svc.load_artifact(**kw, version=v)).inline_data.data) for v in sorted(await svc.list_versions(**kw))]
+
+
+def test_gcs_listing_skips_a_rewind_marker_when_settling_a_slashed_id(gcs_emulator):  # noqa: F811
+  """The newest version of a rewound session is ADK's empty marker: the listing reads back
+  to the last manifest instead of failing for the whole bucket ("session_id None")."""
+  gcs_emulator.create_bucket(BUCKET)
+  svc = GcsArtifactService(BUCKET)
+  _run(_session_of(svc, "team/alice", "s1"))
+  kw = dict(app_name=APP, user_id="team/alice", session_id="s1", filename=MANIFEST_FILENAME)
+  _run(svc.save_artifact(**kw, artifact=artifact_util._new_rewind_tombstone()))
+  refs = _run(open_location(f"gs://{BUCKET}").sessions())
+  assert [(r.user, r.session) for r in refs] == [("team/alice", "s1")]

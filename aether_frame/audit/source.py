@@ -26,6 +26,8 @@ _VERSION_SUFFIX = re.compile(r"^(?P<loc>.+)@(?P<v>-?\d+)$")
 _VERSIONS_DIR = "versions"
 """FileArtifactService's folder of an artifact's versions: ``<artifact>/versions/<n>/<name>``."""
 _TOMBSTONE_MIME = "application/octet-stream"
+_SESSION_ID_READS = 8
+"""Newest manifest versions read to settle a GCS path whose ids may hold '/' (rewind markers are skipped)."""
 
 
 class LocationError(ValueError):
@@ -200,12 +202,12 @@ class GcsSource(Source):
         if sep and version.isdigit() and path:
           paths.setdefault(path, []).append(int(version))
       for path, versions in sorted(paths.items()):
-        ref = self._resolve(app, path, max(versions))
+        ref = self._resolve(app, path, versions)
         if ref is not None:
           self._listed[ref] = sorted(versions)
     return list(self._listed)
 
-  def _resolve(self, app: str, path: str, newest: int) -> Optional[SessionRef]:
+  def _resolve(self, app: str, path: str, versions: list[int]) -> Optional[SessionRef]:
     """The (user, session) stored at ``APP/path``; None when another user's (narrowed to one user)."""
     segs = path.split("/")
     # ADK reserves a first session segment "user" for user-scoped artifacts.
@@ -213,7 +215,7 @@ class GcsSource(Source):
     if not splits:
       return None
     if len(splits) > 1:
-      session = self._stored_session_id(app, splits[0], newest)
+      session = self._stored_session_id(app, splits[0], versions)
       named = [sp for sp in splits if sp[1] == session]
       if named:
         splits = named
@@ -221,10 +223,12 @@ class GcsSource(Source):
         splits = [sp for sp in splits if sp[0] == self.user]
       else:
         where = f"{self.uri}/{app}/{path}"
+        why = (f"the manifest's session_id {session!r} matches no split" if session is not None
+               else f"none of its newest {min(len(versions), _SESSION_ID_READS)} manifest version(s) is readable JSON "
+               "with a session_id (a rewind's empty marker, say)")
         raise LocationError(
-            f"{where}: cannot tell where the user id ends and the session id begins (ids may hold '/', and the "
-            f"manifest's session_id {session!r} does not settle it); name the user: "
-            f"gs://BUCKET/{app}/USER, with a '/' inside an id written as %2F")
+            f"{where}: cannot tell where the user id ends and the session id begins (ids may hold '/', and "
+            f"{why}); name the user: gs://BUCKET/{app}/USER, with a '/' inside an id written as %2F")
     user, session = splits[0]
     if self.user is not None and user != self.user:
       return None
@@ -232,15 +236,22 @@ class GcsSource(Source):
       return None
     return SessionRef(app, user, session)
 
-  def _stored_session_id(self, app: str, split: tuple[str, str], version: int) -> Optional[str]:
-    """The session id the manifest at ``APP/USER/SESSION`` records (every reading names the same object)."""
-    blob = self.service.bucket.blob(f"{app}/{split[0]}/{split[1]}/{self.filename}/{version}")
-    try:
-      doc = json.loads(blob.download_as_bytes())
-    except ValueError:
-      return None
-    value = doc.get("session_id") if isinstance(doc, dict) else None
-    return value if isinstance(value, str) else None
+  def _stored_session_id(self, app: str, split: tuple[str, str], versions: list[int]) -> Optional[str]:
+    """The session id the newest readable manifest at ``APP/USER/SESSION`` records (every
+    reading names the same objects). A rewind's empty marker, a corrupt or vanished version
+    is skipped: one of them must not make the whole bucket's listing fail."""
+    from google.api_core.exceptions import NotFound
+
+    for version in sorted(versions, reverse=True)[:_SESSION_ID_READS]:
+      blob = self.service.bucket.blob(f"{app}/{split[0]}/{split[1]}/{self.filename}/{version}")
+      try:
+        doc = json.loads(blob.download_as_bytes())
+      except (ValueError, NotFound):
+        continue
+      value = doc.get("session_id") if isinstance(doc, dict) else None
+      if isinstance(value, str):
+        return value
+    return None
 
 
 class FolderSource(Source):

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from .media_probe import b64_slice, media_duration
+from .media_probe import B64_URLSAFE, b64_slice, media_duration
 
 __all__ = [
     "TokenCounter",
@@ -312,9 +312,6 @@ def image_tokens(width: Any, height: Any) -> int:
   return _tiles(w * scale) * _tiles(h * scale) * IMAGE_TILE_TOKENS
 
 
-_B64_URLSAFE = str.maketrans("-_", "+/")
-
-
 class _Base64Window:
   """Random access into base64 text, decoding only the 4-char groups needed.
 
@@ -514,7 +511,7 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str], rules: Me
     # Gemini reads text payloads as text: count the decoded characters.
     try:
       raw = data if isinstance(data, (bytes, bytearray)) else base64.b64decode(
-          str(data).translate(_B64_URLSAFE) + "=" * (-len(str(data)) % 4)
+          str(data).translate(B64_URLSAFE) + "=" * (-len(str(data)) % 4)
       )
       texts.append(bytes(raw).decode("utf-8", errors="replace"))
       return 0

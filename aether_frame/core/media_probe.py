@@ -107,7 +107,7 @@ class _Bytes:
     return bytes(self._b[offset : offset + n])
 
 
-_B64_URLSAFE = str.maketrans("-_", "+/")
+B64_URLSAFE = str.maketrans("-_", "+/")
 _B64_PROBE = 4096
 _WHITESPACE = re.compile(r"\s")
 
@@ -142,7 +142,7 @@ def b64_slice(s: str, offset: int, n: int, *, validate: bool) -> bytes:
     return b""
   first = offset // 3
   last = -(-(offset + n) // 3)
-  chunk = s[first * 4 : last * 4].translate(_B64_URLSAFE)
+  chunk = s[first * 4 : last * 4].translate(B64_URLSAFE)
   if not chunk:
     return b""
   chunk += "=" * (-len(chunk) % 4)

@@ -3,7 +3,9 @@
 One line on the app: ``App(..., plugins=[ContextPackPlugin()])``. The plugin
 compiles the request in ``before_model_callback``, rewrites it in place,
 stores a ``manifest.json`` through the app's ArtifactService, and learns the
-real tokenizer ratio in ``after_model_callback``.
+real tokenizer ratio in ``after_model_callback``. A pack whose request a later
+callback answers instead of the model is taken back from state in
+``on_event_callback``.
 
 It fails open: ADK turns a plugin exception into a ``RuntimeError`` that
 aborts the user's run, so any internal fault sends the request unmodified,
@@ -121,6 +123,30 @@ class _Sent:
   estimate: int
   request: Any = None
   payload_at: Optional[int] = None
+  undo: Optional["_Undo"] = None
+
+
+_MISSING = object()
+
+
+@dataclass
+class _Undo:
+  """What a pack changed, to take back if ADK never sends its request.
+
+  ``calls`` is the invocation's model-call counter and its count at compile
+  time: ADK counts a call only once every before-model callback let it through.
+  ``lane`` is (app, user, session, agent), the scope of the state's tail hint.
+  """
+
+  calls: tuple[Any, int]
+  lane: tuple
+  tail_hint: Optional[str]
+  prior: dict[str, Any] = field(default_factory=dict)
+  written: dict[str, Any] = field(default_factory=dict)
+
+  def never_sent(self) -> bool:
+    counter, made = self.calls
+    return getattr(counter, "_number_of_llm_calls", None) == made
 
 
 @dataclass
@@ -193,6 +219,8 @@ class ContextPackPlugin(BasePlugin):
     self._busy: dict[tuple, list] = {}
     """Compiler key -> [lock, holders]: a key's lock lives only while someone holds or awaits it."""
     self._logged: OrderedDict[str, None] = OrderedDict()
+    self._tail_written: OrderedDict[tuple, Optional[str]] = OrderedDict()
+    """(app, user, session, agent) -> the tail hint this process last wrote to state."""
     self._fault_injector = _fault_injector
 
   def _default_index_factory(self) -> HistoryIndex:
@@ -270,6 +298,50 @@ class ContextPackPlugin(BasePlugin):
       self._record_fault(callback_context, e, "after_model")
     return None
 
+  async def on_event_callback(self, *, invocation_context, event):
+    """Takes back what a pack wrote to state when its request was never sent.
+
+    The agent's own before-model callbacks, and plugins listed after this
+    one, run after the pack is built: one that returns a response (a
+    guardrail) skips the model and every after-model callback, yet its event
+    carries the pack's writes. Before that event is stored, the last-pack
+    pointer and the tail hint go back to the last pack sent, so no worker
+    keeps a cut no model saw. The manifest stays stored: an artifact version
+    cannot be withdrawn, and no pointer names it.
+    """
+    try:
+      actions = getattr(event, "actions", None)
+      delta = getattr(actions, "state_delta", None)
+      if not delta or LAST_PACK_KEY not in delta:
+        return None
+      for cache in self._sessions.values():
+        sent = cache.chain
+        if sent is None or sent.actions is not actions:
+          continue
+        if sent.undo is not None and sent.undo.never_sent():
+          self._take_back(invocation_context.session.state, delta, cache, sent.undo)
+        break
+    except Exception as e:
+      self._record_fault(invocation_context, e, "on_event", outcome="state left as the pack wrote it")
+    return None
+
+  def _take_back(self, state: dict, delta: dict, cache: _SessionCache, undo: _Undo) -> None:
+    """Restores the state keys, tail hint and estimate from before an unsent pack."""
+    for key, old in undo.prior.items():
+      if key in delta and delta[key] is undo.written.get(key, _MISSING):
+        del delta[key]  # the store still holds the old value
+        if old is _MISSING:
+          state.pop(key, None)
+        else:
+          state[key] = old
+    cache.tail_hint = undo.tail_hint
+    old_tail = undo.prior.get(TAIL_KEY_PREFIX + undo.lane[3], _MISSING)
+    if old_tail is _MISSING:
+      self._tail_written.pop(undo.lane, None)
+    else:
+      self._tail_written[undo.lane] = old_tail
+    cache.sent = cache.chain = None
+
   # ------------------------------------------------------------------ compile
   @contextlib.asynccontextmanager
   async def _serial(self, key: tuple):
@@ -323,6 +395,23 @@ class ContextPackPlugin(BasePlugin):
                      CALIBRATION_KEY, stored)
       state[CALIBRATION_KEY] = stored
     return cal
+
+  def _tail_hint(self, cache: _SessionCache, lane: tuple, stored: Any) -> Optional[str]:
+    """The cut the tail keeps: this lane's own, unless another worker moved it since.
+
+    The state holds the last cut any worker wrote for the agent. When it no
+    longer holds what this process last wrote there, another worker served
+    the agent meanwhile, and its cut is the one a single worker would keep; a
+    warm cache's older cut would re-trim turns that worker kept. A sibling
+    lane's write in this process is not taken. Anyone can write state: a
+    hint that is not a string is ignored.
+    """
+    stored = stored if isinstance(stored, str) else None
+    if cache.tail_hint is None:
+      return stored
+    if stored is not None and lane in self._tail_written and self._tail_written[lane] != stored:
+      return stored
+    return cache.tail_hint
 
   def _counter_for(self, models: Sequence[Optional[str]], config: Any = None) -> TokenCounter:
     """``self.counter``, costing media by the rules of ``models`` (Gemini 3 charges
@@ -498,7 +587,8 @@ class ContextPackPlugin(BasePlugin):
     # Sized for whichever of a FallbackModel's models answers: the largest scale.
     scale = max(calibration.scale(m, policy.calibration_margin) for m in [model, *backups])
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
-    hint = cache.tail_hint or state.get(TAIL_KEY_PREFIX + agent)
+    tail_key, lane = TAIL_KEY_PREFIX + agent, self._key(ctx)[:4]
+    hint = self._tail_hint(cache, lane, state.get(tail_key))
     call = CallInputs(
         items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
@@ -541,11 +631,18 @@ class ContextPackPlugin(BasePlugin):
     llm_request.contents = new_contents
     llm_request.config = new_config
     scoped.apply_tools_dict(llm_request)
+    calls = _llm_calls(ctx)
+    undo = None if calls is None else _Undo(
+        calls, lane, cache.tail_hint, prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY)})
     cache.tail_hint = pack.tail_start_id
     payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
     _hold_cache_creation(llm_request, payload_at)
-    cache.sent = cache.chain = _Sent(ctx.actions, model, estimate, llm_request, payload_at)
-    state[TAIL_KEY_PREFIX + agent] = pack.tail_start_id
+    cache.sent = cache.chain = _Sent(ctx.actions, model, estimate, llm_request, payload_at, undo)
+    state[tail_key] = pack.tail_start_id
+    self._tail_written[lane] = pack.tail_start_id
+    self._tail_written.move_to_end(lane)
+    while len(self._tail_written) > _MAX_SESSIONS:
+      self._tail_written.popitem(last=False)
     if not pack.valid:
       self._log_once("invalid:" + _shape(";".join(pack.problems)), logging.WARNING,
                      "context pack for agent %s is invalid: %s", agent, pack.problems)
@@ -567,10 +664,13 @@ class ContextPackPlugin(BasePlugin):
       version = await self.manifests.write(ctx, pack.manifest, runtime, compile_input=self._replay_input(cache, call))
     except Exception as e:
       self._record_fault(ctx, e, "before_model", outcome="the pack was sent, its manifest was not stored")
-    state[LAST_PACK_KEY] = {
+    pointer = {
         "pack_id": pack.manifest["pack_id"], "version": version, "tokens": estimate,
         "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
     }
+    state[LAST_PACK_KEY] = pointer
+    if undo is not None:
+      undo.written.update({tail_key: pack.tail_start_id, LAST_PACK_KEY: pointer})
 
   def _instruction_item(self, n: int, content: types.Content, placement: Optional[str], counter: TokenCounter,
                         kind: str = "instruction") -> Item:
@@ -737,6 +837,16 @@ def _over_call_limit(ctx) -> bool:
   except Exception:  # an ADK that counts otherwise: the call is packed
     return False
   return isinstance(limit, int) and isinstance(made, int) and 0 < limit <= made
+
+
+def _llm_calls(ctx) -> Optional[tuple[Any, int]]:
+  """The invocation's model-call counter and its count now (see ``_Undo``)."""
+  try:
+    counter = ctx.get_invocation_context()._invocation_cost_manager
+    made = counter._number_of_llm_calls
+  except Exception:  # an ADK that counts otherwise: an unsent pack is not taken back
+    return None
+  return (counter, made) if isinstance(made, int) else None
 
 
 def _code_result_openings(ctx) -> tuple[str, ...]:

@@ -83,3 +83,35 @@ async def test_a_fault_releases_the_key_for_the_next_call():
   await say(runner, session.id, "two")
   assert plugin.faults == 1 and plugin._busy == {}
   assert len(await manifests(runner, session.id)) == 1  # the second call was packed
+
+
+class SlowLlm(OfflineLlm):
+  """The offline model, answering after a pause: a second call goes out before the first returns."""
+
+  async def generate_content_async(self, llm_request, stream=False):
+    await asyncio.sleep(0.1)
+    async for response in super().generate_content_async(llm_request, stream):
+      yield response
+
+
+async def test_concurrent_calls_of_one_key_are_each_calibrated_and_release_their_request():
+  """One record per call out, not one slot per compiler key: the second call's record
+  overwrote the first's, whose response then went uncalibrated. A call's request (media
+  and all) is let go at its first response."""
+  model = SlowLlm(default="noted")
+  ag, _ = agent(model=model)
+  plugin = ContextPackPlugin(window=100_000)
+  runner = make_runner(ag, [plugin], memory_service=SlowMemory())
+  session = await new_session(runner)
+  await say(runner, session.id, "warm-up")
+  assert plugin.calibrator.snapshot("offline-model")["samples"] == 1
+
+  async def second():
+    await asyncio.sleep(0.01)
+    await say(runner, session.id, "second message")
+
+  await asyncio.gather(say(runner, session.id, "first message"), second())
+  assert len(model.received) == 3
+  assert plugin.calibrator.snapshot("offline-model")["samples"] == 3
+  (cache,) = plugin._sessions.values()
+  assert len(cache.calls) == 3 and all(c.request is None and c.observed for c in cache.calls.values())

@@ -181,11 +181,16 @@ class ManifestWriter:
     return self.prepare(body, runtime, compile_input)[0]
 
   # ------------------------------------------------------------------- write
-  async def write(self, ctx, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> Optional[int]:
-    """Stores the manifest; returns its version, or None if spooled or not stored."""
+  async def write(self, ctx, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None,
+                  stream: Optional[tuple] = None) -> Optional[int]:
+    """Stores the manifest; returns its version, or None if spooled or not stored.
+
+    ``stream``: the caller's compiler key (``ContextPackPlugin._key``), so lanes of
+    one agent keep their own input memo; by default (session, agent).
+    """
     ic = ctx.get_invocation_context()
-    # One stream per compiler (see ``ContextPackPlugin._key``): lanes of one agent would undo each other's memo.
-    stream = (ic.app_name, ic.user_id, ic.session.id, body.get("agent"), ic.branch, getattr(ic, "node_path", None))
+    if stream is None:
+      stream = (ic.app_name, ic.user_id, ic.session.id, body.get("agent"))
     doc, blobs = self.prepare(body, runtime, compile_input, stream=stream)
     self.last_document = doc
     service = self.service or ic.artifact_service

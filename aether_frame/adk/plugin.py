@@ -108,14 +108,17 @@ class ContextPackOverflow(ContextBudgetExhausted):
     self.needs, self.usable, self.window = dict(cause.needs), cause.usable, cause.window
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Sent:
-  """The estimate of the request a model call was sent with.
+  """One packed model call, from its before- to its after-model callbacks.
 
   ``actions`` is that call's event actions, shared by its before and after
   callbacks: a response is compared only with its own request's estimate.
-  ``request`` is the request object itself: a ``FallbackModel`` renames it to
-  the model it hands it to, so after the call it names the model that answered.
+  ``request`` is the request object itself, until the first response: a
+  ``FallbackModel`` renames it to the model it hands it to, so by then it
+  names the model that answered (``model`` takes that name, and the request,
+  media and all, is let go). ``cache_before``: the context-cache record the
+  request came with (see ``_keep_cache_chain``).
   """
 
   actions: Any
@@ -124,9 +127,14 @@ class _Sent:
   request: Any = None
   payload_at: Optional[int] = None
   undo: Optional["_Undo"] = None
+  cache_before: Any = None
+  observed: bool = False
+  """Calibrated: a streamed call reports its prompt count on more than one chunk."""
 
 
 _MISSING = object()
+_MAX_CALLS = 8
+"""Packed calls remembered per compiler key until their responses (see ``_SessionCache.calls``)."""
 
 
 @dataclass
@@ -160,11 +168,20 @@ class _SessionCache:
   rewrites: int = 0
   """``events.rewrites`` when the history was last synced."""
   tail_hint: Optional[str] = None
-  sent: Optional[_Sent] = None
-  chain: Optional[_Sent] = None
-  """The last packed call, kept for all its responses (``sent`` goes at the first)."""
+  calls: OrderedDict = field(default_factory=OrderedDict)
+  """id(actions) -> ``_Sent`` of the key's latest packed calls, kept for all their
+  responses: two invocations of one session can each have a call out at once."""
   artifact_keys: list[str] = field(default_factory=list)
   artifacts_retry_at: float = 0.0
+
+  def call_of(self, actions: Any) -> Optional[_Sent]:
+    sent = self.calls.get(id(actions))
+    return sent if sent is not None and sent.actions is actions else None
+
+  def add_call(self, sent: _Sent) -> None:
+    self.calls[id(sent.actions)] = sent  # the record holds ``actions``: its id is not reused meanwhile
+    while len(self.calls) > _MAX_CALLS:
+      self.calls.popitem(last=False)
 
 
 class ContextPackPlugin(BasePlugin):
@@ -263,7 +280,7 @@ class ContextPackPlugin(BasePlugin):
       async with self._serial(key):
         cache = self._sessions.get(key)
         if cache is not None:
-          cache.sent = cache.chain = None
+          cache.calls.pop(id(callback_context.actions), None)
         if not _over_call_limit(callback_context):
           await self._compile_into(callback_context, llm_request, started)
     except ContextBudgetExhausted as e:
@@ -279,15 +296,18 @@ class ContextPackPlugin(BasePlugin):
       usage = getattr(llm_response, "usage_metadata", None)
       actual = getattr(usage, "prompt_token_count", None) if usage else None
       cache = self._sessions.get(self._key(callback_context))
-      sent = cache.sent if cache else None
-      chain = cache.chain if cache else None
-      if chain is not None and chain.actions is callback_context.actions:
-        _keep_cache_chain(chain, llm_response)
-      if sent is not None and actual and sent.actions is callback_context.actions:
-        cache.sent = None
+      sent = cache.call_of(callback_context.actions) if cache else None
+      if sent is None:
+        return None
+      if sent.request is not None:
         # The provider's count is its own tokenizer's: learn it for the model
         # that answered (a FallbackModel's backup), not the one first named.
-        answered = getattr(sent.request, "model", None) or sent.model
+        sent.model = getattr(sent.request, "model", None) or sent.model
+        sent.request = None
+      _keep_cache_chain(sent, llm_response)
+      if actual and not sent.observed:
+        sent.observed = True
+        answered = sent.model
         self.calibrator.observe(answered, sent.estimate, actual)
         # The session's own calibration drives its budgets, so any worker that
         # picks the session up compiles the same pack.
@@ -315,18 +335,19 @@ class ContextPackPlugin(BasePlugin):
       if not delta or LAST_PACK_KEY not in delta:
         return None
       for cache in self._sessions.values():
-        sent = cache.chain
-        if sent is None or sent.actions is not actions:
+        sent = cache.call_of(actions)
+        if sent is None:
           continue
         if sent.undo is not None and sent.undo.never_sent():
-          self._take_back(invocation_context.session.state, delta, cache, sent.undo)
+          self._take_back(invocation_context.session.state, delta, cache, sent)
         break
     except Exception as e:
       self._record_fault(invocation_context, e, "on_event", outcome="state left as the pack wrote it")
     return None
 
-  def _take_back(self, state: dict, delta: dict, cache: _SessionCache, undo: _Undo) -> None:
+  def _take_back(self, state: dict, delta: dict, cache: _SessionCache, sent: _Sent) -> None:
     """Restores the state keys, tail hint and estimate from before an unsent pack."""
+    undo = sent.undo
     for key, old in undo.prior.items():
       if key in delta and delta[key] is undo.written.get(key, _MISSING):
         del delta[key]  # the store still holds the old value
@@ -340,7 +361,7 @@ class ContextPackPlugin(BasePlugin):
       self._tail_written.pop(undo.lane, None)
     else:
       self._tail_written[undo.lane] = old_tail
-    cache.sent = cache.chain = None
+    cache.calls.pop(id(sent.actions), None)
 
   # ------------------------------------------------------------------ compile
   @contextlib.asynccontextmanager
@@ -637,7 +658,9 @@ class ContextPackPlugin(BasePlugin):
     cache.tail_hint = pack.tail_start_id
     payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
     _hold_cache_creation(llm_request, payload_at)
-    cache.sent = cache.chain = _Sent(ctx.actions, model, estimate, llm_request, payload_at, undo)
+    before = getattr(llm_request, "cache_metadata", None)
+    cache.add_call(_Sent(ctx.actions, model, estimate, llm_request, payload_at, undo,
+                         cache_before=before.model_copy() if before is not None else None))
     state[tail_key] = pack.tail_start_id
     self._tail_written[lane] = pack.tail_start_id
     self._tail_written.move_to_end(lane)
@@ -661,7 +684,8 @@ class ContextPackPlugin(BasePlugin):
     # The request is already rewritten: a failed write loses the manifest, not the pack.
     version = None
     try:
-      version = await self.manifests.write(ctx, pack.manifest, runtime, compile_input=self._replay_input(cache, call))
+      version = await self.manifests.write(ctx, pack.manifest, runtime, compile_input=self._replay_input(cache, call),
+                                           stream=self._key(ctx))
     except Exception as e:
       self._record_fault(ctx, e, "before_model", outcome="the pack was sent, its manifest was not stored")
     pointer = {
@@ -797,7 +821,7 @@ def _keep_cache_chain(sent: _Sent, llm_response) -> None:
   meta = getattr(llm_response, "cache_metadata", None)
   if meta is None or meta.cache_name is not None or sent.payload_at is None or meta.contents_count <= sent.payload_at:
     return
-  before = getattr(sent.request, "cache_metadata", None)
+  before = sent.cache_before
   if before is not None and before.contents_count <= sent.payload_at:
     llm_response.cache_metadata = type(before)(fingerprint=before.fingerprint, contents_count=before.contents_count)
 

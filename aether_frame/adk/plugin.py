@@ -372,7 +372,9 @@ class ContextPackPlugin(BasePlugin):
     before the reply). A compile syncs the key's compiler with its request's
     history and then awaits the artifact listing and the memory search; a
     second invocation syncing it meanwhile made the first compile, and
-    describe in its manifest, the second's history.
+    describe in its manifest, the second's history. The manifest write stays
+    inside: the key's manifests are then stored in the order they were
+    compiled, which replay and diff read as call order.
     """
     entry = self._busy.get(key)
     if entry is None:

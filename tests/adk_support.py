@@ -184,3 +184,24 @@ def fits(request, window: int, reserve: int) -> None:
   """Asserts the request fits ``window - reserve`` by the independent floor count."""
   got = independent_tokens(request)
   assert got + reserve <= window, f"independent count {got} + reserve {reserve} > window {window}"
+
+
+def research_reply():
+  """A scripted model: calls ``search_notes`` for a request starting "search ", answers
+  its result, else notes the turn (a long reply, so sessions overflow small windows)."""
+  import itertools
+
+  from aether_frame.offline_model import tool_call
+
+  ids = itertools.count()
+
+  def reply(req):
+    resp = next((p.function_response for p in req.contents[-1].parts or () if p.function_response), None)
+    if resp is not None:
+      return f"Based on {resp.name}: {json.dumps(resp.response, sort_keys=True)[:120]}"
+    request = payload_of(req).rsplit("USER REQUEST (VERBATIM):\n", 1)[-1]
+    if request.startswith("search "):
+      return tool_call("search_notes", {"query": request[7:40]}, f"call-{next(ids)}")
+    return f"Noted ({next(ids)}). " + "I will fold that into the vendor comparison and flag gaps. " * 6
+
+  return reply

@@ -14,7 +14,6 @@ for (``_CacheService``), since there is no network here.
 from __future__ import annotations
 
 import datetime
-import itertools
 import json
 import types as pytypes
 import warnings
@@ -37,10 +36,10 @@ from pydantic import Field, PrivateAttr
 from aether_frame.adk.guard import count_request
 from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.core.policy import PackPolicy
-from aether_frame.offline_model import OfflineLlm, _foreign_count, tool_call
+from aether_frame.offline_model import OfflineLlm, _foreign_count
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import USER, Recorder, payload_of
+from tests.adk_support import USER, Recorder, research_reply
 
 pytestmark = pytest.mark.asyncio
 
@@ -129,22 +128,6 @@ def lookup_price(item: str) -> dict:
   return {"item": item, "usd": 3}
 
 
-def _reply():
-  """Calls ``search_notes`` for a request starting "search ", answers its result, else notes the turn."""
-  ids = itertools.count()
-
-  def reply(req):
-    resp = next((p.function_response for p in req.contents[-1].parts or () if p.function_response), None)
-    if resp is not None:
-      return f"Based on {resp.name}: {json.dumps(resp.response, sort_keys=True)[:120]}"
-    request = payload_of(req).rsplit("USER REQUEST (VERBATIM):\n", 1)[-1]
-    if request.startswith("search "):
-      return tool_call("search_notes", {"query": request[7:40]}, f"call-{next(ids)}")
-    return f"Noted ({next(ids)}). " + "I will fold that into the vendor comparison and flag gaps. " * 6
-
-  return reply
-
-
 def _turn(t: int, tool_every: int) -> str:
   if tool_every and (tool_every == 1 or t % tool_every == 2):
     return f"search vendor {t} pricing"
@@ -154,7 +137,7 @@ def _turn(t: int, tool_every: int) -> str:
 async def _converse(plugins, *, cache_config, client=None, turns=30, tool_every=5, tools=(search_notes,),
                     state=None, state_at=None):
   """A real Runner with the app's context cache config; returns the model (its ``received`` requests)."""
-  model = GeminiCachingLlm(client or _client(), default=_reply())
+  model = GeminiCachingLlm(client or _client(), default=research_reply())
   ag = LlmAgent(name="assistant", model=model, instruction="You are a helpful assistant.", tools=list(tools))
   app = App(name="cacheapp", root_agent=ag, plugins=list(plugins), context_cache_config=cache_config)
   runner = Runner(app=app, session_service=InMemorySessionService(), artifact_service=InMemoryArtifactService())

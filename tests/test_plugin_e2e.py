@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import itertools
-import json
 import math
 
 import pytest
@@ -25,7 +23,9 @@ from aether_frame.core.render import INTERPRETATION_CONTRACT
 from aether_frame.offline_model import OfflineLlm, tool_call
 from aether_frame.tokenizers import get_counter
 
-from tests.adk_support import USER, Recorder, agent, fits, independent_tokens, make_runner, manifests, new_session, payload_of, say
+from tests.adk_support import (
+    USER, Recorder, agent, fits, independent_tokens, make_runner, manifests, new_session, payload_of, research_reply, say,
+)
 from tests.strategies import orphans
 
 pytestmark = pytest.mark.asyncio
@@ -82,25 +82,9 @@ async def _state(runner, session_id: str) -> dict:
 
 
 # ------------------------------------------------------------ long session
-def _research_reply():
-  ids = itertools.count()
-
-  def reply(req):
-    last = req.contents[-1]
-    resp = next((p.function_response for p in last.parts or () if p.function_response), None)
-    if resp is not None:
-      return f"Based on {resp.name}: {json.dumps(resp.response, sort_keys=True)[:120]}"
-    request = payload_of(req).rsplit("USER REQUEST (VERBATIM):\n", 1)[-1]
-    if request.startswith("search "):
-      return tool_call("search_notes", {"query": request[7:40]}, f"call-{next(ids)}")
-    return f"Noted ({next(ids)}). " + "I will fold that into the vendor comparison and flag gaps. " * 6
-
-  return reply
-
-
 async def test_long_session_fits_a_small_window_and_trims_the_tail_in_chunks():
   window = 4096
-  model = OfflineLlm(default=_research_reply())
+  model = OfflineLlm(default=research_reply())
   ag, _ = agent(model=model, tools=[search_notes])
   recorder = Recorder()
   plugin = ContextPackPlugin(window=window)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ DEFAULT_TIMEOUT = 5.0
 DEFAULT_MAX_HELD = 64
 """Manifests kept in memory while both the store and the spool refuse them;
 each holds its document and shares the session's input blobs with the encoder."""
+SUBTREE_TIME = "aether_frame_subtree_time"
+"""Custom metadata of a history chunk: the oldest newest-copy time (Unix seconds) of
+every blob under it when it was written. Copies only get newer, so while this is
+younger than ``refresh_after`` the whole subtree is present and fresh."""
 _KNOWN_MAX = 200_000
 _KNOWN_TTL = 6 * 3600.0
 """Re-check blob existence after this long, so a lifecycle deletion is noticed."""
@@ -69,6 +74,30 @@ def store_uri(service: Any) -> str:
   if root is not None:
     return str(Path(root))
   return f"{type(service).__name__}@{id(service):x}"
+
+
+async def _settled(awaitables) -> list:
+  """``gather``, but a failure is raised only once every sibling has settled: no write
+  is still in flight (in a worker thread) when the caller hears that the store failed."""
+  results = await asyncio.gather(*awaitables, return_exceptions=True)
+  for r in results:
+    if isinstance(r, BaseException):
+      raise r
+  return results
+
+
+def _subtree_time(versions: list, *, chunk: bool) -> Optional[float]:
+  """How fresh a stored blob vouches its subtree to be; None if absent (or a chunk of an older writer)."""
+  if not versions:
+    return None
+  newest = max(versions, key=lambda v: v.create_time)
+  if not chunk:
+    return newest.create_time
+  try:
+    t = float((newest.custom_metadata or {})[SUBTREE_TIME])
+  except (KeyError, TypeError, ValueError):
+    return None  # written before chunks carried it: walk the subtree once, then rewrite it with the time
+  return min(t, newest.create_time) if math.isfinite(t) else None
 
 
 class MissingBlobsError(LookupError):
@@ -156,8 +185,9 @@ class ManifestWriter:
     self._held: collections.deque[_Held] = collections.deque()
     self._retrying = False
     weakref.finalize(self, _report_unstored, self._held)
-    self._known: dict[tuple[str, ...], set[str]] = {}
-    """store + blob scope → blob keys known to be there (checked at most every _KNOWN_TTL)."""
+    self._known: dict[tuple[str, ...], dict[str, float]] = {}
+    """store + blob scope → blob key → its subtree time (``_subtree_time``), for keys known to be
+    there; checked again at most every _KNOWN_TTL."""
     self._known_since = time.monotonic()
     self._orphans: dict[str, asyncio.Task] = {}
     self._flush_lock: Optional[asyncio.Lock] = None
@@ -353,7 +383,9 @@ class ManifestWriter:
         raise MissingBlobsError(
             f"references {len(absent)} input blob{'s' if len(absent) != 1 else ''} missing from both the entry and "
             f"{store_uri(service)} (first: {absent[0]}); flush it to {entry['store']}, which has them")
-    blob_stats = await self._put_blobs(service, scope, blobs, store_uri(service))
+    section = entry["manifest"].get(replay_inputs.INPUTS_KEY)
+    roots = replay_inputs.root_keys(section) if section is not None else None
+    blob_stats = await self._put_blobs(service, scope, blobs, store_uri(service), roots)
     data = manifest_doc.dumps(entry["manifest"])
     kw = dict(app_name=app, user_id=user, session_id=entry["session"], filename=entry["filename"])
     if dedupe:
@@ -405,27 +437,74 @@ class ManifestWriter:
     found = await asyncio.gather(*(service.list_artifact_versions(**scope, filename=blob_filename(k)) for k in leaves))
     return [k for k, versions in zip(leaves, found) if not versions]
 
-  async def _put_blobs(self, service, scope: dict[str, str], blobs: Mapping[str, bytes], store: str) -> dict[str, int]:
-    """Writes the blobs not already there (or whose newest copy is about to age out)."""
+  async def _put_blobs(self, service, scope: dict[str, str], blobs: Mapping[str, bytes], store: str,
+                       roots: Optional[list[str]] = None) -> dict[str, int]:
+    """Writes the blobs a manifest references that the store lacks (or holds only in copies about to age out).
+
+    ``roots``: the keys the manifest names itself (``inputs.root_keys``); by
+    default every key in ``blobs``. The history is a hash tree, and a chunk is
+    written only after everything under it, with the oldest newest-copy time
+    of its whole subtree in its metadata (``SUBTREE_TIME``). So one fresh chunk
+    vouches for every blob below it: a worker that has never seen a
+    10,000-turn session checks a few dozen keys, not 11,000.
+    """
     if sum(map(len, self._known.values())) > _KNOWN_MAX or time.monotonic() - self._known_since > _KNOWN_TTL:
       self._known.clear()
       self._known_since = time.monotonic()
     where = (store, scope["app_name"], scope["user_id"], scope["session_id"])
-    known = self._known.setdefault(where, set())
-    todo = [k for k in blobs if k not in known]
-    found = await asyncio.gather(*(service.list_artifact_versions(**scope, filename=blob_filename(k)) for k in todo))
-    stale_before = time.time() - self.refresh_after
-    missing = [k for k, versions in zip(todo, found) if not versions or max(v.create_time for v in versions) < stale_before]
-    packed = {k: replay_inputs.pack_blob(blobs[k]) for k in missing}
-    await asyncio.gather(*(
-        service.save_artifact(**scope, filename=blob_filename(k), artifact=types.Part(inline_data=types.Blob(mime_type=mime, data=data)))
-        for k, (data, mime) in packed.items()
-    ))
-    known.update(todo)
-    nbytes = sum(len(d) for d, _ in packed.values())
-    self.stats["blobs_written"] += len(missing)
-    self.stats["blob_bytes"] += nbytes
-    return {"blobs_written": len(missing), "blob_bytes": nbytes, "blobs_referenced": len(blobs)}
+    known = self._known.setdefault(where, {})
+    keys = [k for k in (blobs if roots is None else dict.fromkeys(roots)) if k in blobs]
+    tally = {"blobs_written": 0, "blob_bytes": 0, "blobs_checked": 0}
+    await self._sync_blobs(service, scope, blobs, keys, known, time.time() - self.refresh_after, tally)
+    self.stats["blobs_written"] += tally["blobs_written"]
+    self.stats["blob_bytes"] += tally["blob_bytes"]
+    return {**tally, "blobs_referenced": len(blobs)}
+
+  async def _sync_blobs(self, service, scope: dict[str, str], blobs: Mapping[str, bytes], keys: list[str],
+                        known: dict[str, float], stale_before: float, tally: dict[str, int]) -> dict[str, float]:
+    """Makes ``keys`` present and fresh, children before parents; returns each key's subtree time."""
+    out: dict[str, float] = {}
+    todo = []
+    for k in keys:
+      t = known.get(k)
+      if t is not None and t >= stale_before:
+        out[k] = t
+      else:
+        todo.append(k)
+    if not todo:
+      return out
+    found = await _settled(service.list_artifact_versions(**scope, filename=blob_filename(k)) for k in todo)
+    tally["blobs_checked"] += len(todo)
+    redo: dict[str, Optional[list[str]]] = {}
+    for k, versions in zip(todo, found):
+      children = replay_inputs.chunk_children(blobs[k])
+      t = _subtree_time(versions, chunk=children is not None)
+      if t is not None and t >= stale_before:
+        out[k] = known[k] = t
+      else:
+        redo[k] = children
+    if not redo:
+      return out
+    below = [c for children in redo.values() if children for c in children if c in blobs]
+    times = await self._sync_blobs(service, scope, blobs, list(dict.fromkeys(below)), known, stale_before, tally)
+    now = time.time()
+    writes = []
+    for k, children in redo.items():
+      data, mime = replay_inputs.pack_blob(blobs[k])
+      meta = None
+      t = now
+      if children is not None:  # a blob the writer does not hold is not its to vouch for
+        t = min([times[c] for c in children if c in times] + [now])
+        meta = {SUBTREE_TIME: repr(t)}
+      writes.append(service.save_artifact(
+          **scope, filename=blob_filename(k), artifact=types.Part(inline_data=types.Blob(mime_type=mime, data=data)),
+          custom_metadata=meta))
+      out[k] = t
+      tally["blob_bytes"] += len(data)
+    await _settled(writes)
+    known.update((k, out[k]) for k in redo)
+    tally["blobs_written"] += len(redo)
+    return out
 
   # ------------------------------------------------------------------- flush
   async def flush(self, service, *, wait: float = 0.0, store: Optional[str] = None) -> FlushReport:

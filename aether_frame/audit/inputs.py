@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections import ChainMap, OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from ..core.canonical import canonical_json
 from ..core.compiler import CallInputs, CompileInput
@@ -184,6 +184,22 @@ def _load(blobs: Mapping[str, bytes], key: str) -> Any:
   if blob_key(data) != key:
     raise BlobIntegrityError(f"input blob {key} hashes to {blob_key(data)}; refusing a tampered input")
   return json.loads(data)
+
+
+def root_keys(section: Mapping[str, Any]) -> list[str]:
+  """Every blob the section names itself; the rest hang below its history chunks."""
+  s = _check_section(section)
+  return list(dict.fromkeys([*first_keys(s), *_levels(s)[0]]))
+
+
+def chunk_children(data: bytes) -> Optional[list[str]]:
+  """The keys a history chunk lists, or None for an item or policy blob (a JSON object)."""
+  if data[:1] != b"[":
+    return None
+  value = json.loads(data)
+  if not isinstance(value, list) or not all(isinstance(k, str) and len(k) == 64 for k in value):
+    return None
+  return value
 
 
 def missing_chunks(section: Mapping[str, Any], blobs: Mapping[str, bytes]) -> list[str]:

@@ -54,7 +54,7 @@ from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows, UnknownModelWindow
 from ..tokenizers import get_counter
-from . import sources
+from . import preload_memory, sources
 from .guard import check_request, count_request, pending_calls
 from .manifest_store import MANIFEST_FILENAME, ManifestWriter
 from .state_schema import (
@@ -537,7 +537,10 @@ class ContextPackPlugin(BasePlugin):
     instructions = _instruction_positions(llm_request, contents, cache.events.by_fp)
     transient = _input_context_positions(ctx, contents, cache.events.by_fp, instructions)
     placed = instructions | transient
-    convo = [i for i in range(len(contents)) if i not in placed]
+    # PreloadMemoryTool's block is not a turn either: it is replaced below when the
+    # MEMORY layer holds the same memories, else charged as input context.
+    preload = await _preload_blocks(contents, cache.events.by_fp, placed)
+    convo = [i for i in range(len(contents)) if i not in placed and i not in preload]
     anchor = sources.anchor_index([contents[i] for i in convo], ctx.user_content)
     if anchor is None:
       self._log_once("no-user-turn", logging.INFO, "request has no user turn; sent unmodified")
@@ -582,9 +585,14 @@ class ContextPackPlugin(BasePlugin):
     if self.include_artifacts and ctx.get_invocation_context().artifact_service is not None:
       keys = await self._artifact_keys(ctx, cache)
       items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, {MANIFEST_FILENAME}))
+    memories = None
     if ctx.get_invocation_context().memory_service is not None and user_text.strip():
       found = await ctx.search_memory(user_text)
-      items.extend(sources.memory_items(found.memories))
+      memories = found.memories
+      items.extend(sources.memory_items(memories))
+    replaced, preload_notes = await _settle_preload(preload, memories, contents, counter)
+    transient |= set(preload) - replaced
+    placed = instructions | transient
     if self.working_memory is not None:
       s = ctx.session
       notes = await self.working_memory.list_notes(s.app_name, s.user_id, s.id, plan.step_id if plan else None)
@@ -681,6 +689,8 @@ class ContextPackPlugin(BasePlugin):
     }
     if unread:
       runtime["state_unread"] = unread
+    if preload_notes:
+      runtime["preload_memory"] = preload_notes
     if restored is not None:  # the request carries a user turn ADK's contents did not
       runtime["restored_user_turn"] = restored
     # The request is already rewritten: a failed write loses the manifest, not the pack.
@@ -768,6 +778,40 @@ class ContextPackPlugin(BasePlugin):
     if len(self._logged) > _MAX_LOG_KEYS:
       self._logged.popitem(last=False)
     logger.log(level, msg, *args, exc_info=exc_info)
+
+
+async def _preload_blocks(contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> dict[int, str]:
+  """Positions (and texts) of ``PreloadMemoryTool`` blocks: framed as ADK frames them, never session events."""
+  shape = await preload_memory.frame()
+  if shape is None:
+    return {}
+  out = {}
+  for i, c in enumerate(contents):
+    if i not in taken:
+      text = preload_memory.block_text(c, shape)
+      if text is not None and sources.fingerprint(c) not in event_fps:
+        out[i] = text
+  return out
+
+
+async def _settle_preload(preload: dict[int, str], memories: Optional[Sequence[Any]], contents: list[types.Content],
+                          counter: TokenCounter) -> tuple[set[int], list[dict[str, Any]]]:
+  """Which blocks the MEMORY layer replaces (the one that is exactly what its hits make), and the manifest's notes."""
+  if not preload:
+    return set(), []
+  expected = await preload_memory.render_block(memories) if memories else None
+  replaced: set[int] = set()
+  notes = []
+  for i in sorted(preload):
+    same = expected is not None and not replaced and preload[i] == expected
+    if same:
+      replaced.add(i)
+    notes.append({
+        "tokens": sources.contents_tokens([contents[i]], counter),
+        "status": "replaced by the memory layer (the same memory hits)" if same
+        else "kept as input context (its memories differ from the memory layer's)",
+    })
+  return replaced, notes
 
 
 def _input_context_positions(ctx, contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> set[int]:

@@ -91,7 +91,8 @@ def test_the_memory_layer_replaces_a_block_with_the_same_hits():
     docs = await manifests(runner, s.id)
     for d in docs:
       (note,) = d["runtime"]["preload_memory"]
-      assert note["status"].startswith("replaced by the memory layer") and note["tokens"] > 20
+      assert note["status"] == "replaced by the memory layer" and note["tokens"] > 20
+      assert (note["hits"], note["included"]) == (2, 2)
     # The history grows by one exchange per call; a block taken for a turn re-synced it every call.
     assert [d["tail"]["history_len"] for d in docs] == [0, 2, 4]
     assert len({d["tail"]["start_id"] for d in docs[1:]}) == 1
@@ -175,4 +176,45 @@ def test_tool_steps_replace_the_block_after_the_function_response():
     assert payload_of(second) == payload_of(first)  # the pack is byte-identical across the steps
     docs = await manifests(runner, s.id)
     assert [d["runtime"]["preload_memory"][0]["status"][:8] for d in docs] == ["replaced"] * 2
+  asyncio.run(go())
+
+
+def test_a_replaced_block_says_how_many_hits_the_pack_carries():
+  """The MEMORY layer keeps its top-K: hits beyond it are neither in the block (gone)
+  nor in the pack, and the manifest names them, and says so in the note."""
+  async def go():
+    runner, sessions, memory, model, plugin = _setup()
+    facts = [f"offsite budget note {i}: line item {i} costs {100 * i} euros" for i in range(10)]
+    await _remember(runner, sessions, memory, facts)
+    s = await sessions.create_session(app_name=runner.app_name, user_id=USER)
+    start = len(model.received)
+    await say(runner, s.id, "what is the offsite budget?")
+    assert plugin.faults == 0
+    assert sum(f in _blocks(runner.recorded[start])[0] for f in facts) == 10
+    sent = payload_of(model.received[start])
+    (doc,) = await manifests(runner, s.id)
+    (note,) = doc["runtime"]["preload_memory"]
+    k = 8  # PackPolicy().memory_top_k
+    assert (note["hits"], note["included"]) == (10, k)
+    assert sum(f in sent for f in facts) == k
+    beyond = [e for e in doc["truncation_events"] if e["reason"].startswith("beyond memory top-K")]
+    assert sum(len(e["item_ids"]) for e in beyond) == 10 - k  # named, with pointers, not silently gone
+  asyncio.run(go())
+
+
+def test_a_second_identical_block_is_replaced_too():
+  class SecondPreload(PreloadMemoryTool):
+    def __init__(self):
+      super().__init__()
+      self.name = "preload_memory_2"
+
+  async def go():
+    runner, sessions, memory, model, plugin = _setup(tools=[SecondPreload()])
+    await _remember(runner, sessions, memory, FACTS)
+    s = await sessions.create_session(app_name=runner.app_name, user_id=USER)
+    start = len(model.received)
+    await say(runner, s.id, "what is the offsite budget?")
+    assert len(_blocks(runner.recorded[start])) == 2 and _blocks(model.received[start]) == []
+    (doc,) = await manifests(runner, s.id)
+    assert [n["status"] for n in doc["runtime"]["preload_memory"]] == ["replaced by the memory layer"] * 2
   asyncio.run(go())

@@ -247,3 +247,60 @@ def test_on_gcs_a_second_worker_reads_the_subtree_time_back(gcs_emulator):  # no
     reports = await replay(open_location("gs://af-blob-tree"))
     assert [r.status for r in reports] == ["identical", "identical"]
   asyncio.run(go())
+
+
+def test_a_chunk_does_not_vouch_for_children_its_writer_did_not_hold(tmp_path):
+  """An entry spooled by an older version carries a chunk but not the children its store had.
+
+  Flushed after lifecycle removed one of those children, the chunk goes back
+  without a subtree time, so the next worker (which holds every blob) walks
+  under it and writes the missing child again: replay stays whole.
+  """
+  from aether_frame.adk.manifest_store import store_uri
+  from aether_frame.audit.spool import make_entry
+
+  async def go():
+    store, sessions = _Recorder(str(tmp_path / "store")), InMemorySessionService()
+    runner, first, _ = _worker(store, sessions, ManifestWriter(spool_dir=tmp_path / "spool"))
+    sid = await _long_session(runner, 90)
+    await say(runner, sid, "first")
+    doc = first.last_document
+    chunk = replay_inputs._levels(doc[replay_inputs.INPUTS_KEY])[1][-1]  # a chunk the manifest names
+    blobs = await _all_blobs(store, doc[replay_inputs.INPUTS_KEY])
+    leaf = replay_inputs.chunk_children(blobs[chunk])[0]
+    scope = blob_scope(APP, USER)
+    for key in (chunk, leaf):  # aged out of the store
+      await store.delete_artifact(**scope, filename=blob_filename(key))
+    flusher = ManifestWriter(spool_dir=tmp_path / "spool")
+    flusher.spool.add(make_entry(store=store_uri(store), app=APP, user=USER, session=sid, filename="context_pack/manifest.json",
+                                 blob_app="context-pack-blobs", manifest=doc, blobs={chunk: blobs[chunk]}))
+    report = await flusher.flush(store)
+    assert report.already_stored == 1 and report.errors == []  # the manifest itself was there
+    (version,) = await store.list_artifact_versions(**scope, filename=blob_filename(chunk))
+    assert SUBTREE_TIME not in version.custom_metadata  # it could not check the leaf
+    assert not await store.list_artifact_versions(**scope, filename=blob_filename(leaf))
+    runner2, second, _ = _worker(store, sessions)
+    await say(runner2, sid, "second")
+    assert await store.list_artifact_versions(**scope, filename=blob_filename(leaf))  # written again
+    reports = await replay(open_location(str(tmp_path / "store")))
+    assert [r.status for r in reports[-1:]] == ["identical"]
+  asyncio.run(go())
+
+
+def test_aging_copies_do_not_make_chunks_churn():
+  """Leaves aging past refresh_after one call at a time: a chunk rewritten on their
+  account takes a time no older than half the refresh age, so it is not rewritten
+  again on the next call (it was: one new version of the whole chunk path per call)."""
+  async def go():
+    store, sessions = InMemoryArtifactService(), InMemorySessionService()
+    runner, writer, _ = _worker(store, sessions, ManifestWriter(spool_dir=False, refresh_after=3.0))
+    s = await sessions.create_session(app_name=APP, user_id=USER)
+    for i in range(60):
+      await say(runner, s.id, f"turn {i} about the budget")
+      await asyncio.sleep(0.1)
+    section = writer.last_document[replay_inputs.INPUTS_KEY]
+    scope = blob_scope(APP, USER)
+    chunks = [k for lv in replay_inputs._levels(section)[1:] for k in lv]
+    versions = [len(await store.list_artifact_versions(**scope, filename=blob_filename(k))) for k in chunks]
+    assert chunks and max(versions) <= 6, versions  # 6 s of calls, refreshed at most every 1.5 s
+  asyncio.run(go())

@@ -383,8 +383,10 @@ class ManifestWriter:
         raise MissingBlobsError(
             f"references {len(absent)} input blob{'s' if len(absent) != 1 else ''} missing from both the entry and "
             f"{store_uri(service)} (first: {absent[0]}); flush it to {entry['store']}, which has them")
-    section = entry["manifest"].get(replay_inputs.INPUTS_KEY)
-    roots = replay_inputs.root_keys(section) if section is not None else None
+    try:  # the keys the manifest names; a section it cannot read: every blob the entry holds
+      roots = replay_inputs.root_keys(entry["manifest"][replay_inputs.INPUTS_KEY])
+    except (KeyError, TypeError, ValueError):
+      roots = None
     blob_stats = await self._put_blobs(service, scope, blobs, store_uri(service), roots)
     data = manifest_doc.dumps(entry["manifest"])
     kw = dict(app_name=app, user_id=user, session_id=entry["session"], filename=entry["filename"])
@@ -455,15 +457,16 @@ class ManifestWriter:
     known = self._known.setdefault(where, {})
     keys = [k for k in (blobs if roots is None else dict.fromkeys(roots)) if k in blobs]
     tally = {"blobs_written": 0, "blob_bytes": 0, "blobs_checked": 0}
-    await self._sync_blobs(service, scope, blobs, keys, known, time.time() - self.refresh_after, tally)
+    await self._sync_blobs(service, scope, blobs, keys, known, time.time() - self.refresh_after / 2, tally)
     self.stats["blobs_written"] += tally["blobs_written"]
     self.stats["blob_bytes"] += tally["blob_bytes"]
     return {**tally, "blobs_referenced": len(blobs)}
 
   async def _sync_blobs(self, service, scope: dict[str, str], blobs: Mapping[str, bytes], keys: list[str],
-                        known: dict[str, float], stale_before: float, tally: dict[str, int]) -> dict[str, float]:
-    """Makes ``keys`` present and fresh, children before parents; returns each key's subtree time."""
-    out: dict[str, float] = {}
+                        known: dict[str, float], stale_before: float, tally: dict[str, int]) -> dict[str, Optional[float]]:
+    """Makes ``keys`` present and fresh, children before parents; returns each key's subtree
+    time (None: a chunk that cannot vouch for its subtree, see below)."""
+    out: dict[str, Optional[float]] = {}
     todo = []
     for k in keys:
       t = known.get(k)
@@ -485,24 +488,31 @@ class ManifestWriter:
         redo[k] = children
     if not redo:
       return out
+    # Below a chunk being written, copies older than half the refresh age are
+    # written again too: else the chunk's time would be its oldest child's, and
+    # it would go stale (and be rewritten) again a moment later.
     below = [c for children in redo.values() if children for c in children if c in blobs]
-    times = await self._sync_blobs(service, scope, blobs, list(dict.fromkeys(below)), known, stale_before, tally)
+    times = await self._sync_blobs(service, scope, blobs, list(dict.fromkeys(below)), known,
+                                   time.time() - self.refresh_after / 2, tally)
     now = time.time()
     writes = []
     for k, children in redo.items():
       data, mime = replay_inputs.pack_blob(blobs[k])
-      meta = None
-      t = now
-      if children is not None:  # a blob the writer does not hold is not its to vouch for
-        t = min([times[c] for c in children if c in times] + [now])
-        meta = {SUBTREE_TIME: repr(t)}
+      kw = {}
+      t: Optional[float] = now
+      if children is not None:
+        # A child the writer does not hold (an entry spooled by an older version
+        # left out what its store had) was not checked: the chunk does not vouch.
+        sub = [times.get(c) for c in children]
+        t = None if None in sub else min([*sub, now])
+        if t is not None:
+          kw["custom_metadata"] = {SUBTREE_TIME: repr(t)}
       writes.append(service.save_artifact(
-          **scope, filename=blob_filename(k), artifact=types.Part(inline_data=types.Blob(mime_type=mime, data=data)),
-          custom_metadata=meta))
+          **scope, filename=blob_filename(k), artifact=types.Part(inline_data=types.Blob(mime_type=mime, data=data)), **kw))
       out[k] = t
       tally["blob_bytes"] += len(data)
     await _settled(writes)
-    known.update((k, out[k]) for k in redo)
+    known.update((k, t) for k in redo if (t := out[k]) is not None)
     tally["blobs_written"] += len(redo)
     return out
 

@@ -585,11 +585,12 @@ class ContextPackPlugin(BasePlugin):
     if self.include_artifacts and ctx.get_invocation_context().artifact_service is not None:
       keys = await self._artifact_keys(ctx, cache)
       items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, {MANIFEST_FILENAME}))
-    memories = None
+    memories, memory_hits = None, []
     if ctx.get_invocation_context().memory_service is not None and user_text.strip():
       found = await ctx.search_memory(user_text)
       memories = found.memories
-      items.extend(sources.memory_items(memories))
+      memory_hits = sources.memory_items(memories)
+      items.extend(memory_hits)
     replaced, preload_notes = await _settle_preload(preload, memories, contents, counter)
     transient |= set(preload) - replaced
     placed = instructions | transient
@@ -690,7 +691,7 @@ class ContextPackPlugin(BasePlugin):
     if unread:
       runtime["state_unread"] = unread
     if preload_notes:
-      runtime["preload_memory"] = preload_notes
+      runtime["preload_memory"] = _preload_outcome(preload_notes, {i.id for i in memory_hits}, pack.manifest)
     if restored is not None:  # the request carries a user turn ADK's contents did not
       runtime["restored_user_turn"] = restored
     # The request is already rewritten: a failed write loses the manifest, not the pack.
@@ -795,23 +796,32 @@ async def _preload_blocks(contents: list[types.Content], event_fps: Mapping[str,
 
 
 async def _settle_preload(preload: dict[int, str], memories: Optional[Sequence[Any]], contents: list[types.Content],
-                          counter: TokenCounter) -> tuple[set[int], list[dict[str, Any]]]:
-  """Which blocks the MEMORY layer replaces (the one that is exactly what its hits make), and the manifest's notes."""
+                        counter: TokenCounter) -> tuple[set[int], list[dict[str, Any]]]:
+  """The blocks the MEMORY layer replaces (those that are exactly what its hits make), and the manifest's notes."""
   if not preload:
     return set(), []
   expected = await preload_memory.render_block(memories) if memories else None
   replaced: set[int] = set()
   notes = []
   for i in sorted(preload):
-    same = expected is not None and not replaced and preload[i] == expected
+    same = expected is not None and preload[i] == expected
     if same:
       replaced.add(i)
     notes.append({
         "tokens": sources.contents_tokens([contents[i]], counter),
-        "status": "replaced by the memory layer (the same memory hits)" if same
+        "status": "replaced by the memory layer" if same
         else "kept as input context (its memories differ from the memory layer's)",
     })
   return replaced, notes
+
+
+def _preload_outcome(notes: list[dict[str, Any]], memory_ids: set[str], manifest: dict[str, Any]) -> list[dict[str, Any]]:
+  """Says, for a replaced block, how many of its hits the pack carries: the MEMORY
+  layer keeps its top-K within budget, and names the others in the manifest."""
+  rows = [r for r in manifest.get("items", ()) if r.get("id") in memory_ids]
+  included = sum(1 for r in rows if r.get("status") == "included")
+  return [{**n, "hits": len(memory_ids), "included": included} if n["status"].startswith("replaced") else n
+        for n in notes]
 
 
 def _input_context_positions(ctx, contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> set[int]:

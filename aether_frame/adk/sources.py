@@ -245,14 +245,21 @@ class EventInfo:
 
 
 def _text_of(content: types.Content) -> str:
+  """A content's words for ranking and recall; calls and results as canonical JSON.
+
+  Arguments and results are read as the provider is sent them (the JSON dump):
+  a tool may return a datetime, NaN, bytes or a ``Part``, which plain JSON refuses.
+  """
   out = []
   for p in content.parts or ():
     if p.text and not p.thought:
       out.append(p.text)
     elif p.function_call is not None:
-      out.append(f"called {p.function_call.name}({canonical_json(p.function_call.args or {})})")
+      call = part_dict(p)["function_call"]
+      out.append(f"called {p.function_call.name}({canonical_json(call.get('args') or {})})")
     elif p.function_response is not None:
-      out.append(f"{p.function_response.name} returned {canonical_json(p.function_response.response or {})}")
+      resp = part_dict(p)["function_response"]
+      out.append(f"{p.function_response.name} returned {canonical_json(resp.get('response') or {})}")
   return " ".join(" ".join(out).split())
 
 

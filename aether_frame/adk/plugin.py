@@ -167,6 +167,8 @@ class _SessionCache:
   events: sources.EventIndex = field(default_factory=sources.EventIndex)
   rewrites: int = 0
   """``events.rewrites`` when the history was last synced."""
+  watched: list[int] = field(default_factory=list)
+  """History positions ADK may rewrite in place on a later call (see ``_REWRITTEN_RESPONSES``)."""
   tail_hint: Optional[str] = None
   calls: OrderedDict = field(default_factory=OrderedDict)
   """id(actions) -> ``_Sent`` of the key's latest packed calls, kept for all their
@@ -495,11 +497,14 @@ class ContextPackPlugin(BasePlugin):
         not rewritten and n > 0 and len(history) >= n
         and sources.fingerprint(history[n - 1]) == known[-1]
         and sources.fingerprint(history[0]) == known[0]
+        # A skill's instructions, pruned from its old load_skill response once it is unloaded.
+        and all(sources.fingerprint(history[i]) == known[i] for i in cache.watched)
     )
     if not grew:
       cache.compiler.reset_history()
-      cache.fps, cache.spans = [], []
+      cache.fps, cache.spans, cache.watched = [], [], []
       n = 0
+    cache.watched += [i for i in range(n, len(history)) if _may_be_rewritten(history[i])]
     new_fps = [sources.fingerprint(c) for c in history[n:]]
     if n and not new_fps:
       return
@@ -1033,6 +1038,18 @@ def _instruction_positions(llm_request, contents: list[types.Content], event_fps
     if i not in out and _is_labelled_instruction(c) and sources.fingerprint(c) not in event_fps:
       out.add(i)
   return out
+
+
+_REWRITTEN_RESPONSES = ("load_skill",)
+"""Function responses ADK rewrites in the history on later calls: ``SkillToolset``
+with its skill lifecycle on replaces an unloaded skill's ``load_skill`` response
+(its whole SKILL.md) with a short notice. The sync compares only the history's
+ends, so these are compared too, or the old text would live on in recall."""
+
+
+def _may_be_rewritten(content: types.Content) -> bool:
+  return any(p.function_response is not None and (p.function_response.name or "").endswith(_REWRITTEN_RESPONSES)
+             for p in content.parts or ())
 
 
 def _is_labelled_instruction(content: types.Content) -> bool:

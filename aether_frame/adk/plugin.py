@@ -545,6 +545,9 @@ class ContextPackPlugin(BasePlugin):
     # PreloadMemoryTool's block is not a turn either: it is replaced below when the
     # MEMORY layer holds the same memories, else charged as input context.
     preload = await _preload_blocks(contents, cache.events.by_fp, placed)
+    # A task agent's task, once the user has answered it: stated first, pinned.
+    task_input = _task_input_position(ctx, contents, cache.events.by_fp, placed | set(preload))
+    placed |= task_input
     convo = [i for i in range(len(contents)) if i not in placed and i not in preload]
     anchor = sources.anchor_index([contents[i] for i in convo], ctx.user_content)
     if anchor is None:
@@ -598,7 +601,7 @@ class ContextPackPlugin(BasePlugin):
       items.extend(memory_hits)
     replaced, preload_notes = await _settle_preload(preload, memories, contents, counter)
     transient |= set(preload) - replaced
-    placed = instructions | transient
+    placed = instructions | transient | task_input
     if self.working_memory is not None:
       s = ctx.session
       notes = await self.working_memory.list_notes(s.app_name, s.user_id, s.id, plan.step_id if plan else None)
@@ -614,6 +617,8 @@ class ContextPackPlugin(BasePlugin):
               for n, i in enumerate(sorted(instructions))]
     pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter, kind="input_context"))
                for n, i in enumerate(sorted(transient))]
+    pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter, kind="task_input"))
+               for n, i in enumerate(sorted(task_input))]
     for s, e in sources.group_spans(inflight_contents):
       it = sources.group_item(inflight_contents, (s, e), counter, None, inflight_fps)
       pinned.append((inflight_at[s], it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"})))
@@ -784,6 +789,23 @@ class ContextPackPlugin(BasePlugin):
     if len(self._logged) > _MAX_LOG_KEYS:
       self._logged.popitem(last=False)
     logger.log(level, msg, *args, exc_info=exc_info)
+
+
+def _task_input_position(ctx, contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> set[int]:
+  """ADK's task input, when it is no longer the user turn: an agent in ``mode="task"``
+  runs under an isolation scope, and its first content is the delegating call's
+  arguments as a user message, never a session event (``ctx.user_content`` is
+  that message too). Once the user has replied, the latest reply is the request
+  and the task stays first, pinned: as the anchor it made every later turn an
+  in-flight step, never trimmed, until the request overflowed the window.
+  """
+  if not isinstance(getattr(ctx, "isolation_scope", None), str):
+    return set()
+  free = [i for i in range(len(contents)) if i not in taken]
+  if not free or not sources.is_human_user(contents[free[0]]) or sources.fingerprint(contents[free[0]]) in event_fps:
+    return set()
+  replied = any(sources.is_human_user(contents[i]) and not sources.is_other_agent_context(contents[i]) for i in free[1:])
+  return {free[0]} if replied else set()
 
 
 async def _preload_blocks(contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> dict[int, str]:

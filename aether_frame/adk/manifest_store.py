@@ -457,7 +457,7 @@ class ManifestWriter:
     known = self._known.setdefault(where, {})
     keys = [k for k in (blobs if roots is None else dict.fromkeys(roots)) if k in blobs]
     tally = {"blobs_written": 0, "blob_bytes": 0, "blobs_checked": 0}
-    await self._sync_blobs(service, scope, blobs, keys, known, time.time() - self.refresh_after / 2, tally)
+    await self._sync_blobs(service, scope, blobs, keys, known, time.time() - self.refresh_after, tally)
     self.stats["blobs_written"] += tally["blobs_written"]
     self.stats["blob_bytes"] += tally["blob_bytes"]
     return {**tally, "blobs_referenced": len(blobs)}

@@ -70,6 +70,19 @@ def _worker(store, sessions, writer=None):
   return make_runner(llm_agent, [plugin], artifact_service=store, session_service=sessions), writer, plugin
 
 
+async def _first_worker(tmp_path, n_events: int, ask: str = "first", writer=None):
+  """A stored session: a recording File store, an N-event session, and one worker's first turn on it."""
+  store, sessions = _Recorder(str(tmp_path / "store")), InMemorySessionService()
+  runner, writer, plugin = _worker(store, sessions, writer)
+  sid = await _long_session(runner, n_events)
+  await say(runner, sid, ask)
+  return store, sessions, sid, writer
+
+
+async def _replayed(tmp_path) -> list[str]:
+  return [r.status for r in await replay(open_location(str(tmp_path / "store")))]
+
+
 def _blob_names(names: list[str]) -> list[str]:
   return [n for n in names if n.startswith("context_pack/blobs/")]
 
@@ -90,10 +103,7 @@ async def _tree(store, section) -> dict[str, list[str]]:
 
 def test_a_second_worker_checks_what_the_manifest_names_not_every_blob(tmp_path):
   async def go():
-    store, sessions = _Recorder(str(tmp_path / "store")), InMemorySessionService()
-    runner, first, _ = _worker(store, sessions)
-    sid = await _long_session(runner, EVENTS)
-    await say(runner, sid, "what did we decide about the budget?")
+    store, sessions, sid, first = await _first_worker(tmp_path, EVENTS, "what did we decide about the budget?")
     cold = first.last_write
     assert cold["blobs_written"] > EVENTS  # the whole session's inputs, once
     runner2, second, plugin2 = _worker(store, sessions)
@@ -104,17 +114,13 @@ def test_a_second_worker_checks_what_the_manifest_names_not_every_blob(tmp_path)
     assert warm["blobs_checked"] <= 64, warm
     assert warm["blobs_checked"] * 10 < cold["blobs_checked"], (warm, cold)
     assert warm["blobs_written"] <= 8, warm  # the new turns and request only
-    reports = await replay(open_location(str(tmp_path / "store")))
-    assert [r.status for r in reports] == ["identical", "identical"]
+    assert await _replayed(tmp_path) == ["identical", "identical"]
   asyncio.run(go())
 
 
 def test_chunks_are_written_after_everything_under_them(tmp_path):
   async def go():
-    store, sessions = _Recorder(str(tmp_path / "store")), InMemorySessionService()
-    runner, writer, _ = _worker(store, sessions)
-    sid = await _long_session(runner, 200)
-    await say(runner, sid, "what did we decide?")
+    store, sessions, sid, writer = await _first_worker(tmp_path, 200, "what did we decide?")
     section = writer.last_document[replay_inputs.INPUTS_KEY]
     tree = await _tree(store, section)
     assert len(tree) > 25  # depth 3 at 200 groups and chunk size 8
@@ -155,8 +161,7 @@ def test_a_failed_leaf_write_leaves_no_chunk_vouching_for_it(tmp_path):
     store.fail_on.clear()
     report = await writer.flush(store)
     assert report.flushed == 1 and report.errors == []
-    reports = await replay(open_location(str(tmp_path / "store")))
-    assert [r.status for r in reports] == ["identical"]
+    assert await _replayed(tmp_path) == ["identical"]
   asyncio.run(go())
 
 
@@ -173,10 +178,7 @@ async def _all_blobs(store, section) -> dict[str, bytes]:
 def test_chunks_of_an_older_writer_are_walked_once_then_vouch(tmp_path):
   """Chunks stored before they carried a subtree time: the next worker checks under them and rewrites them."""
   async def go():
-    store, sessions = _Recorder(str(tmp_path / "store")), InMemorySessionService()
-    runner, first, _ = _worker(store, sessions)
-    sid = await _long_session(runner, 300)
-    await say(runner, sid, "first")
+    store, sessions, sid, first = await _first_worker(tmp_path, 300, "first")
     scope = blob_scope(APP, USER)
     section = first.last_document[replay_inputs.INPUTS_KEY]
     tree = await _tree(store, section)
@@ -194,17 +196,13 @@ def test_chunks_of_an_older_writer_are_walked_once_then_vouch(tmp_path):
     runner3, third, _ = _worker(store, sessions)
     await say(runner3, sid, "third")
     assert third.last_write["blobs_checked"] <= 64, third.last_write
-    reports = await replay(open_location(str(tmp_path / "store")))
-    assert [r.status for r in reports] == ["identical"] * 3
+    assert await _replayed(tmp_path) == ["identical"] * 3
   asyncio.run(go())
 
 
 def test_a_subtree_older_than_refresh_after_is_walked_and_refreshed(tmp_path):
   async def go():
-    store, sessions = _Recorder(str(tmp_path / "store")), InMemorySessionService()
-    runner, first, _ = _worker(store, sessions)
-    sid = await _long_session(runner, 100)
-    await say(runner, sid, "first")
+    store, sessions, sid, first = await _first_worker(tmp_path, 100, "first")
     runner2, second, _ = _worker(store, sessions, ManifestWriter(spool_dir=False, refresh_after=0.0))
     await say(runner2, sid, "second")
     # Every copy counts as too old: everything referenced is checked and written again.
@@ -260,10 +258,7 @@ def test_a_chunk_does_not_vouch_for_children_its_writer_did_not_hold(tmp_path):
   from aether_frame.audit.spool import make_entry
 
   async def go():
-    store, sessions = _Recorder(str(tmp_path / "store")), InMemorySessionService()
-    runner, first, _ = _worker(store, sessions, ManifestWriter(spool_dir=tmp_path / "spool"))
-    sid = await _long_session(runner, 90)
-    await say(runner, sid, "first")
+    store, sessions, sid, first = await _first_worker(tmp_path, 90, "first", writer=ManifestWriter(spool_dir=tmp_path / "spool"))
     doc = first.last_document
     chunk = replay_inputs._levels(doc[replay_inputs.INPUTS_KEY])[1][-1]  # a chunk the manifest names
     blobs = await _all_blobs(store, doc[replay_inputs.INPUTS_KEY])
@@ -282,8 +277,7 @@ def test_a_chunk_does_not_vouch_for_children_its_writer_did_not_hold(tmp_path):
     runner2, second, _ = _worker(store, sessions)
     await say(runner2, sid, "second")
     assert await store.list_artifact_versions(**scope, filename=blob_filename(leaf))  # written again
-    reports = await replay(open_location(str(tmp_path / "store")))
-    assert [r.status for r in reports[-1:]] == ["identical"]
+    assert (await _replayed(tmp_path))[-1:] == ["identical"]
   asyncio.run(go())
 
 

@@ -218,3 +218,32 @@ def test_a_second_identical_block_is_replaced_too():
     (doc,) = await manifests(runner, s.id)
     assert [n["status"] for n in doc["runtime"]["preload_memory"]] == ["replaced by the memory layer"] * 2
   asyncio.run(go())
+
+
+def test_with_a_static_instruction_the_block_first_is_replaced_too():
+  """A static instruction with files makes ADK put the block among the leading contents."""
+  from google.genai import types
+
+  from tests.adk_support import png_bytes
+
+  async def go():
+    sessions, memory = InMemorySessionService(), InMemoryMemoryService()
+    model = OfflineLlm()
+    static = types.Content(role="user", parts=[
+        types.Part(text="The style guide is in the image."),
+        types.Part(inline_data=types.Blob(mime_type="image/png", data=png_bytes(64, 64)))])
+    llm_agent, _ = agent(model=model, tools=[PreloadMemoryTool()], static_instruction=static, instruction="Be brief.")
+    recorder, plugin = Recorder(), ContextPackPlugin(window=8192)
+    runner = make_runner(llm_agent, [recorder, plugin], session_service=sessions, memory_service=memory)
+    await _remember(runner, sessions, memory, FACTS)
+    s = await sessions.create_session(app_name=runner.app_name, user_id=USER)
+    start = len(model.received)
+    for ask in ("what is the offsite budget?", "the offsite budget again?"):
+      await say(runner, s.id, ask)
+    assert plugin.faults == 0
+    for orig, sent in zip(recorder.requests[start:], model.received[start:]):
+      assert len(_blocks(orig)) == 1 and _blocks(sent) == []
+    assert _blocks(recorder.requests[start])[0] == recorder.requests[start].contents[2].parts[0].text  # after the files
+    docs = await manifests(runner, s.id)
+    assert [d["runtime"]["preload_memory"][0]["status"] for d in docs] == ["replaced by the memory layer"] * 2
+  asyncio.run(go())

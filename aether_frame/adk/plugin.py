@@ -801,11 +801,13 @@ def _task_input_position(ctx, contents: list[types.Content], event_fps: Mapping[
   """
   if not isinstance(getattr(ctx, "isolation_scope", None), str):
     return set()
-  free = [i for i in range(len(contents)) if i not in taken]
-  if not free or not sources.is_human_user(contents[free[0]]) or sources.fingerprint(contents[free[0]]) in event_fps:
+  first = next((i for i in range(len(contents)) if i not in taken), None)
+  if first is None or not sources.is_human_user(contents[first]) or sources.fingerprint(contents[first]) in event_fps:
     return set()
-  replied = any(sources.is_human_user(contents[i]) and not sources.is_other_agent_context(contents[i]) for i in free[1:])
-  return {free[0]} if replied else set()
+  # The latest human turn after it, searched from the end (it is usually the last content).
+  replied = any(sources.is_human_user(contents[i]) and not sources.is_other_agent_context(contents[i])
+                for i in range(len(contents) - 1, first, -1) if i not in taken)
+  return {first} if replied else set()
 
 
 async def _preload_blocks(contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> dict[int, str]:
@@ -813,11 +815,17 @@ async def _preload_blocks(contents: list[types.Content], event_fps: Mapping[str,
   shape = await preload_memory.frame()
   if shape is None:
     return {}
+  # ADK inserts it among the user-role contents that end the request (before the
+  # user turn, or after a tool result) or, with a static instruction's files,
+  # among those that start it: only those runs are read, not the whole history.
+  n = len(contents)
+  head = next((i for i in range(n) if contents[i].role != "user"), n)
+  tail = next((i for i in range(n - 1, -1, -1) if contents[i].role != "user"), -1) + 1
   out = {}
-  for i, c in enumerate(contents):
+  for i in [*range(head), *range(max(head, tail), n)]:
     if i not in taken:
-      text = preload_memory.block_text(c, shape)
-      if text is not None and sources.fingerprint(c) not in event_fps:
+      text = preload_memory.block_text(contents[i], shape)
+      if text is not None and sources.fingerprint(contents[i]) not in event_fps:
         out[i] = text
   return out
 

@@ -80,3 +80,48 @@ def test_a_pruned_skill_body_is_not_recalled(monkeypatch):
     assert not [it.id for it in cache.compiler.history if BODY in it.text]
     assert len([n for n in resets if n > 0]) == 1  # one full re-read, when the rewrite first appears
   asyncio.run(go())
+
+
+class _FlakyCounter:
+  """The real tokenizer behind a remote-looking service that times out once when told to."""
+
+  def __init__(self, base):
+    self.base, self.fail_next = base, False
+
+  def __getattr__(self, name):
+    return getattr(self.base, name)
+
+  def _maybe_fail(self):
+    if self.fail_next:
+      self.fail_next = False
+      raise TimeoutError("tokenizer service timed out")
+
+  def count(self, text):
+    self._maybe_fail()
+    return self.base.count(text)
+
+  def count_many(self, texts):
+    self._maybe_fail()
+    return self.base.count_many(texts)
+
+
+def test_a_fault_while_syncing_a_skill_turn_does_not_stick():
+  """The watched positions were recorded before the sync finished: one fault
+  there left them past the known history, and every later call faulted."""
+  from aether_frame.tokenizers import get_counter
+
+  async def go():
+    counter = _FlakyCounter(get_counter("o200k_base"))
+    model = OfflineLlm(default=_reply)
+    plugin = ContextPackPlugin(window=16_000, counter=counter)
+    runner = make_runner(agent(model=model, tools=[load_skill])[0], [plugin])
+    s = await new_session(runner)
+    await say(runner, s.id, "hello")
+    await say(runner, s.id, "load the pricing skill")
+    packed = []
+    for t in range(4):
+      counter.fail_next = t == 0
+      await say(runner, s.id, f"question {t}")
+      packed.append(payload_of(model.received[-1]).startswith("CONTEXT PACK"))
+    assert packed == [False, True, True, True] and plugin.faults == 1  # fail-open once, then packed again
+  asyncio.run(go())

@@ -168,7 +168,7 @@ class _SessionCache:
   rewrites: int = 0
   """``events.rewrites`` when the history was last synced."""
   watched: list[int] = field(default_factory=list)
-  """History positions ADK may rewrite in place on a later call (see ``_REWRITTEN_RESPONSES``)."""
+  """History positions ADK may rewrite in place on a later call (see ``_carries_skill_body``)."""
   tail_hint: Optional[str] = None
   calls: OrderedDict = field(default_factory=OrderedDict)
   """id(actions) -> ``_Sent`` of the key's latest packed calls, kept for all their
@@ -498,13 +498,13 @@ class ContextPackPlugin(BasePlugin):
         and sources.fingerprint(history[n - 1]) == known[-1]
         and sources.fingerprint(history[0]) == known[0]
         # A skill's instructions, pruned from its old load_skill response once it is unloaded.
-        and all(sources.fingerprint(history[i]) == known[i] for i in cache.watched)
+        and all(i < n and _carries_skill_body(history[i]) for i in cache.watched)
     )
     if not grew:
       cache.compiler.reset_history()
       cache.fps, cache.spans, cache.watched = [], [], []
       n = 0
-    cache.watched += [i for i in range(n, len(history)) if _may_be_rewritten(history[i])]
+    watched = cache.watched + [i for i in range(n, len(history)) if _carries_skill_body(history[i])]
     new_fps = [sources.fingerprint(c) for c in history[n:]]
     if n and not new_fps:
       return
@@ -521,6 +521,7 @@ class ContextPackPlugin(BasePlugin):
     cache.compiler.extend_history(items)
     cache.spans = cache.spans[:keep_groups] + spans
     cache.fps = fps
+    cache.watched = watched
 
   async def _compile_into(self, ctx, llm_request, started: float) -> None:
     if self._fault_injector is not None:
@@ -1070,16 +1071,21 @@ def _instruction_positions(llm_request, contents: list[types.Content], event_fps
   return out
 
 
-_REWRITTEN_RESPONSES = ("load_skill",)
-"""Function responses ADK rewrites in the history on later calls: ``SkillToolset``
-with its skill lifecycle on replaces an unloaded skill's ``load_skill`` response
-(its whole SKILL.md) with a short notice. The sync compares only the history's
-ends, so these are compared too, or the old text would live on in recall."""
+def _carries_skill_body(content: types.Content) -> bool:
+  """A ``load_skill`` response that still holds the skill's instructions.
 
-
-def _may_be_rewritten(content: types.Content) -> bool:
-  return any(p.function_response is not None and (p.function_response.name or "").endswith(_REWRITTEN_RESPONSES)
-             for p in content.parts or ())
+  ``SkillToolset`` with its skill lifecycle on replaces such a response, in
+  every later request, with a short notice once the skill is unloaded. The sync
+  compares only the history's ends, so these positions are checked too (a key
+  test, not a hash of the whole SKILL.md), or the old rules would live on in
+  recall. A rewritten response no longer qualifies, so it is checked no more.
+  """
+  for p in content.parts or ():
+    r = p.function_response
+    if r is not None and (r.name == "load_skill" or (r.name or "").endswith("_load_skill")):
+      if isinstance(r.response, dict) and "instructions" in r.response:
+        return True
+  return False
 
 
 def _is_labelled_instruction(content: types.Content) -> bool:

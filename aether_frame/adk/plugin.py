@@ -832,7 +832,7 @@ async def _preload_blocks(contents: list[types.Content], event_fps: Mapping[str,
 
 
 async def _settle_preload(preload: dict[int, str], memories: Optional[Sequence[Any]], contents: list[types.Content],
-                        counter: TokenCounter) -> tuple[set[int], list[dict[str, Any]]]:
+                          counter: TokenCounter) -> tuple[set[int], list[dict[str, Any]]]:
   """The blocks the MEMORY layer replaces (those that are exactly what its hits make), and the manifest's notes."""
   if not preload:
     return set(), []
@@ -857,7 +857,7 @@ def _preload_outcome(notes: list[dict[str, Any]], memory_ids: set[str], manifest
   rows = [r for r in manifest.get("items", ()) if r.get("id") in memory_ids]
   included = sum(1 for r in rows if r.get("status") == "included")
   return [{**n, "hits": len(memory_ids), "included": included} if n["status"].startswith("replaced") else n
-        for n in notes]
+          for n in notes]
 
 
 def _input_context_positions(ctx, contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> set[int]:

@@ -164,8 +164,19 @@ class ManifestWriter:
       timeout: float = DEFAULT_TIMEOUT,
       max_held: int = DEFAULT_MAX_HELD,
   ):
-    if max_held < 1:
-      raise ValueError(f"max_held must be >= 1, got {max_held}")
+    if not isinstance(filename, str) or not filename.strip("/ "):
+      raise ValueError(f"filename must name an artifact, got {filename!r}")
+    for field_name, value in (("max_held", max_held), ("chunk_size", chunk_size)):
+      if not isinstance(value, int) or isinstance(value, bool) or value < (1 if field_name == "max_held" else 2):
+        raise ValueError(f"{field_name} must be an int >= {1 if field_name == 'max_held' else 2}, got {value!r}")
+    for field_name, value, least in (("timeout", timeout, "positive"), ("refresh_after", refresh_after, "non-negative")):
+      if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0
+          or (value == 0 and least == "positive")):
+        raise ValueError(f"{field_name} must be a {least} number of seconds, got {value!r}")
+    if not isinstance(store_inputs, bool):
+      raise TypeError(f"store_inputs must be True or False, got {store_inputs!r}")
+    if not isinstance(blob_app, str) or not blob_app.strip():
+      raise ValueError(f"blob_app must be a non-empty app name, got {blob_app!r}")
     self.filename = filename
     self.service = service
     self.store_inputs = store_inputs

@@ -33,16 +33,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import time
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
 from google.genai import types
 from opentelemetry import trace
-from pydantic import ValidationError
 
 from ..calibration import Calibrator
 from ..core.allocator import ContextBudgetExhausted
@@ -54,12 +54,12 @@ from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows, UnknownModelWindow
 from ..tokenizers import get_counter
-from . import preload_memory, sources
+from . import artifact_listing, preload_memory, sources
 from .guard import check_request, count_request, pending_calls
 from .manifest_store import MANIFEST_FILENAME, ManifestWriter
 from .state_schema import (
-    CALIBRATION_KEY, KNOWLEDGE_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, PLAN_KEY, TAIL_KEY_PREFIX, TOOLS_KEY,
-    KnowledgeItem, KnowledgeState, PlanState, ToolsState, unread_keys,
+    CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, TAIL_KEY_PREFIX, KnowledgeItem, PlanState, StateKeys,
+    read_state, unread_keys,
 )
 from .tool_scope import scope_tools
 
@@ -173,7 +173,8 @@ class _SessionCache:
   calls: OrderedDict = field(default_factory=OrderedDict)
   """id(actions) -> ``_Sent`` of the key's latest packed calls, kept for all their
   responses: two invocations of one session can each have a call out at once."""
-  artifact_keys: list[str] = field(default_factory=list)
+  artifact_names: list[str] = field(default_factory=list)
+  """The session's artifacts as last listed (ours included, in the store's order)."""
   artifacts_retry_at: float = 0.0
 
   def call_of(self, actions: Any) -> Optional[_Sent]:
@@ -203,6 +204,7 @@ class ContextPackPlugin(BasePlugin):
       working_memory: Any = None,
       manifest_writer: Optional[ManifestWriter] = None,
       include_artifacts: bool = True,
+      state_keys: Union[StateKeys, Mapping[str, str], None] = None,
       artifact_list_timeout: float = 2.0,
       name: str = "aether_frame_context_pack",
       _fault_injector: Optional[Callable[[], None]] = None,
@@ -210,11 +212,24 @@ class ContextPackPlugin(BasePlugin):
     super().__init__(name)
     if policy is not None and not isinstance(policy, PackPolicy):
       raise TypeError(f"policy must be a PackPolicy, got {type(policy).__name__}")
+    if agent_policies is not None and not isinstance(agent_policies, Mapping):
+      raise TypeError(f"agent_policies must be a mapping of agent name to PackPolicy, got {type(agent_policies).__name__}")
     for agent, pol in (agent_policies or {}).items():
       if not isinstance(pol, PackPolicy):
         raise TypeError(f"agent_policies[{agent!r}] must be a PackPolicy, got {type(pol).__name__}")
-    if window is not None and (not isinstance(window, int) or window <= 0):
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
       raise ValueError(f"window must be a positive int, got {window!r}")
+    missing = [m for m in ("count", "count_many", "describe") if not callable(getattr(counter, m, None))]
+    if counter is not None and missing:
+      raise TypeError(f"counter must be a TokenCounter (see aether_frame.tokenizers.get_counter); "
+                      f"{type(counter).__name__} has no {', '.join(missing)}")
+    if manifest_writer is not None and not isinstance(manifest_writer, ManifestWriter):
+      raise TypeError(f"manifest_writer must be a ManifestWriter, got {type(manifest_writer).__name__}")
+    if not isinstance(include_artifacts, bool):
+      raise TypeError(f"include_artifacts must be True or False, got {include_artifacts!r}")
+    if (not isinstance(artifact_list_timeout, (int, float)) or isinstance(artifact_list_timeout, bool)
+        or not math.isfinite(artifact_list_timeout) or artifact_list_timeout <= 0):
+      raise ValueError(f"artifact_list_timeout must be a positive number of seconds, got {artifact_list_timeout!r}")
     self.policy = policy or PackPolicy()
     self.agent_policies = dict(agent_policies or {})
     self.window = window
@@ -228,8 +243,7 @@ class ContextPackPlugin(BasePlugin):
     self.working_memory = working_memory
     self.manifests = manifest_writer or ManifestWriter()
     self.include_artifacts = include_artifacts
-    if artifact_list_timeout <= 0:
-      raise ValueError(f"artifact_list_timeout must be positive, got {artifact_list_timeout!r}")
+    self.state_keys = state_keys if isinstance(state_keys, StateKeys) else StateKeys.model_validate(state_keys or {})
     self.artifact_list_timeout = artifact_list_timeout
     self.calibrator = Calibrator()
     self._media_counters: dict[str, TokenCounter] = {}
@@ -241,6 +255,7 @@ class ContextPackPlugin(BasePlugin):
     self._tail_written: OrderedDict[tuple, Optional[str]] = OrderedDict()
     """(app, user, session, agent) -> the tail hint this process last wrote to state."""
     self._fault_injector = _fault_injector
+    self._listings: OrderedDict[tuple, Optional[artifact_listing.ListingEdit]] = OrderedDict()
 
   def _default_index_factory(self) -> HistoryIndex:
     make = getattr(self.ranker, "new_history_index", None)
@@ -559,10 +574,15 @@ class ContextPackPlugin(BasePlugin):
     self._sync_history(cache, history, _code_result_openings(ctx))
     state = ctx.state
 
-    plan = _validated(PlanState, state.get(PLAN_KEY), PLAN_KEY)
-    knowledge = _validated(KnowledgeState, {"items": state.get(KNOWLEDGE_KEY)}, KNOWLEDGE_KEY).items if state.get(KNOWLEDGE_KEY) else []
-    step_tools = _validated(ToolsState, {"names": state.get(TOOLS_KEY)}, TOOLS_KEY).names if state.get(TOOLS_KEY) is not None else None
-    unread = unread_keys(state)
+    read = read_state(state, self.state_keys)
+    plan, knowledge, step_tools = read.plan, read.knowledge, read.tools
+    for where, why in read.rejected.items():
+      self._log_once(f"rejected:{where}:{_shape(why)}", logging.WARNING,
+                     "session state[%r] does not fit the context pack's schema and is left out of the pack: %s. "
+                     "If other code writes this key for its own use (an LlmAgent output_key, say), give the "
+                     "pack its own key: ContextPackPlugin(state_keys={...}) (see aether_frame.adk.state_schema)",
+                     where, why)
+    unread = unread_keys(state, self.state_keys)
     if unread:
       self._log_once("unread:" + repr(unread), logging.WARNING,
                      "session state has keys the context pack does not read (ignored): %s; "
@@ -577,6 +597,15 @@ class ContextPackPlugin(BasePlugin):
     other_parts = [sources.part_dict(p) for p, s in zip(user.parts or (), said) if not s]
     items: list[Item] = []
     sys_text = sources.system_text(llm_request.config)
+    listing = await self._listing_edit(ctx, cache, llm_request)
+    if listing is not None:  # load_artifacts lists our manifests as the user's artifacts
+      sys_text = listing.system(sys_text)
+      for i in sorted(instructions):
+        edited = listing.content(contents[i], _LABEL_HEAD, _LABEL_TAIL)
+        if edited is None:  # it held the listing alone: not sent, as without our manifests
+          instructions.discard(i)
+        else:
+          contents[i] = edited
     new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
     items.append(Item(id="system:instruction", layer=Layer.SYSTEM, text=new_system, trust=Trust.SYSTEM, pinned=True))
     schema = sources.response_schema_text(llm_request.config)
@@ -592,7 +621,7 @@ class ContextPackPlugin(BasePlugin):
     evidence = sources.knowledge_items(knowledge)
     items.extend(evidence)
     if self.include_artifacts and ctx.get_invocation_context().artifact_service is not None:
-      keys = await self._artifact_keys(ctx, cache)
+      keys = sorted(k for k in await self._artifact_names(ctx, cache) if not k.startswith(_OWN_ARTIFACT_PREFIX))
       items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, {MANIFEST_FILENAME}))
     memories, memory_hits = None, []
     if ctx.get_invocation_context().memory_service is not None and user_text.strip():
@@ -635,6 +664,7 @@ class ContextPackPlugin(BasePlugin):
     call = CallInputs(
         items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
+        problems=[f"state[{k!r}] left out: {why}" for k, why in read.rejected.items()],
         meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model},
     )
     with _tracer.start_as_current_span("aether_frame.compile") as span:
@@ -701,6 +731,8 @@ class ContextPackPlugin(BasePlugin):
     }
     if unread:
       runtime["state_unread"] = unread
+    if read.rejected:
+      runtime["state_rejected"] = read.rejected
     if preload_notes:
       runtime["preload_memory"] = _preload_outcome(preload_notes, {i.id for i in memory_hits}, pack.manifest)
     if restored is not None:  # the request carries a user turn ADK's contents did not
@@ -731,8 +763,8 @@ class ContextPackPlugin(BasePlugin):
         meta={PLACEMENT: placement} if placement else {},
     )
 
-  async def _artifact_keys(self, ctx, cache: _SessionCache) -> list[str]:
-    """The session's artifact keys, bounded in time.
+  async def _artifact_names(self, ctx, cache: _SessionCache) -> list[str]:
+    """The session's artifact names, bounded in time.
 
     A slow or unreachable store (GCS retries for minutes) must not stall the
     model call: the listing times out, the last known keys are used, and the
@@ -740,16 +772,27 @@ class ContextPackPlugin(BasePlugin):
     """
     now = time.monotonic()
     if now < cache.artifacts_retry_at:
-      return cache.artifact_keys
+      return cache.artifact_names
     try:
       keys = await asyncio.wait_for(ctx.list_artifacts(), timeout=self.artifact_list_timeout)
     except Exception as e:  # includes asyncio.TimeoutError
       cache.artifacts_retry_at = now + _ARTIFACT_BACKOFF_SECONDS
       self._log_once(f"artifacts:{type(e).__name__}", logging.WARNING,
                      "listing artifacts failed (%r); using the last known keys for %ss", e, _ARTIFACT_BACKOFF_SECONDS)
-      return cache.artifact_keys
-    cache.artifact_keys = sorted(k for k in keys if not k.startswith(_OWN_ARTIFACT_PREFIX))
-    return cache.artifact_keys
+      return cache.artifact_names
+    cache.artifact_names = list(keys)
+    return cache.artifact_names
+
+  async def _listing_edit(self, ctx, cache: _SessionCache, llm_request) -> Optional[artifact_listing.ListingEdit]:
+    """How to take the manifests out of ``load_artifacts``' listing, when the request has one."""
+    if not artifact_listing.uses_load_artifacts(llm_request) or ctx.get_invocation_context().artifact_service is None:
+      return None
+    names = tuple(await self._artifact_names(ctx, cache))
+    if names not in self._listings:
+      self._listings[names] = await artifact_listing.listing_edit(names, _OWN_ARTIFACT_PREFIX)
+      while len(self._listings) > 64:
+        self._listings.popitem(last=False)
+    return self._listings[names]
 
   def _replay_input(self, cache: _SessionCache, call: CallInputs):
     """The replayable input, built lazily by writers that store it."""
@@ -1143,15 +1186,6 @@ def _override_declarations(tools, overrides: Mapping[str, str]):
       tool = tool.model_copy(update={"function_declarations": decls})
     out.append(tool)
   return out
-
-
-def _validated(model, value, key: str):
-  if value is None:
-    return None
-  try:
-    return model.model_validate(value)
-  except ValidationError as e:
-    raise ValueError(f"session state[{key!r}] is invalid: {e}") from e
 
 
 def _dedupe_ids(items: list[Item]) -> list[Item]:

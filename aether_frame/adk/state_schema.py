@@ -7,9 +7,10 @@ field that is wrong instead of silently producing a thin pack.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 PLAN_KEY = "plan"
 TOOLS_KEY = "tools"
@@ -19,6 +20,32 @@ LAST_FAULT_KEY = "aether_frame:last_fault"
 CALIBRATION_KEY = "aether_frame:calibration"
 """Per-session tokenizer calibration (``Calibrator.to_dict()``), shared by all workers."""
 TAIL_KEY_PREFIX = "aether_frame:tail:"
+_OWN_KEYS = (LAST_PACK_KEY, LAST_FAULT_KEY, CALIBRATION_KEY)
+
+
+class StateKeys(BaseModel):
+  """Where the plugin reads its inputs in session state.
+
+  The defaults are the plain names of the design. An app whose agents already
+  write one of them for their own use (``LlmAgent(output_key="plan")`` is
+  common) points the plugin at other keys: ``state_keys={"plan": "pack:plan"}``.
+  """
+
+  model_config = ConfigDict(extra="forbid", frozen=True)
+
+  plan: str = Field(default=PLAN_KEY, min_length=1)
+  tools: str = Field(default=TOOLS_KEY, min_length=1)
+  knowledge: str = Field(default=KNOWLEDGE_KEY, min_length=1)
+
+  @model_validator(mode="after")
+  def _distinct(self) -> "StateKeys":
+    keys = [self.plan, self.tools, self.knowledge]
+    if len(set(keys)) != len(keys):
+      raise ValueError(f"plan, tools and knowledge need three different keys, got {keys}")
+    for key in keys:
+      if key in _OWN_KEYS or key.startswith(TAIL_KEY_PREFIX):
+        raise ValueError(f"{key!r} is a key the plugin writes itself")
+    return self
 
 
 class PlanState(BaseModel):
@@ -60,23 +87,83 @@ class ToolsState(BaseModel):
   names: list[str]
 
 
-def unread_keys(state: Any) -> dict[str, list[str]]:
-  """Keys of ``state["plan"]`` and ``state["knowledge"]`` entries that no field reads.
+def unread_keys(state: Any, keys: StateKeys = StateKeys()) -> dict[str, list[str]]:
+  """Keys of the plan and of the knowledge entries that no field reads.
 
   The schema ignores extra keys (other agent code may keep its own there), so
   a misspelt or differently shaped plan (``"steps"``, ``"current_step"``)
   would vanish without a word; the plugin reports these instead.
   """
   out: dict[str, list[str]] = {}
-  plan = state.get(PLAN_KEY)
+  plan = state.get(keys.plan)
   if isinstance(plan, dict):
     extra = sorted(str(k) for k in plan if k not in PlanState.model_fields)
     if extra:
-      out[PLAN_KEY] = extra
-  knowledge = state.get(KNOWLEDGE_KEY)
+      out[keys.plan] = extra
+  knowledge = state.get(keys.knowledge)
   if isinstance(knowledge, list):
     extra = sorted({str(k) for entry in knowledge if isinstance(entry, dict)
                     for k in entry if k not in KnowledgeItem.model_fields})
     if extra:
-      out[KNOWLEDGE_KEY] = extra
+      out[keys.knowledge] = extra
   return out
+
+
+@dataclass
+class StateInputs:
+  """What one call reads from session state, and what it had to leave out."""
+
+  plan: Optional[PlanState] = None
+  knowledge: list[KnowledgeItem] = field(default_factory=list)
+  tools: Optional[list[str]] = None
+  """Step tool names; None: no scoping."""
+  rejected: dict[str, str] = field(default_factory=dict)
+  """``"plan"``, ``"knowledge[2]"``… (under their state keys) -> why the value was left out."""
+
+
+def read_state(state: Mapping[str, Any], keys: StateKeys = StateKeys()) -> StateInputs:
+  """Validates the plan, knowledge and tools; a value that fails its schema is left out, with the reason.
+
+  Leaving it out (rather than failing the whole pack) keeps the session packed
+  when another agent writes the same key for its own use; the caller reports
+  every rejection, so nothing is dropped without a word. Knowledge is read entry
+  by entry: one bad entry does not cost the others.
+  """
+  out = StateInputs()
+  plan = state.get(keys.plan)
+  if plan is not None:
+    try:
+      out.plan = PlanState.model_validate(plan)
+    except ValidationError as e:
+      out.rejected[keys.plan] = _reason(e, plan)
+  knowledge = state.get(keys.knowledge)
+  if knowledge is not None and knowledge != []:
+    if not isinstance(knowledge, (list, tuple)):
+      out.rejected[keys.knowledge] = f"expected a list of knowledge items, got {type(knowledge).__name__}"
+    else:
+      for i, entry in enumerate(knowledge):
+        try:
+          out.knowledge.append(KnowledgeItem.model_validate(entry))
+        except ValidationError as e:
+          out.rejected[f"{keys.knowledge}[{i}]"] = _reason(e, entry)
+  tools = state.get(keys.tools)
+  if tools is not None:
+    try:
+      out.tools = ToolsState.model_validate({"names": tools}).names
+    except ValidationError as e:
+      out.rejected[keys.tools] = _reason(e, tools, prefix="names")
+  return out
+
+
+def _reason(error: ValidationError, value: Any, prefix: str = "") -> str:
+  """pydantic's complaints in one line: ``goal: Field required; step: Input should be…``."""
+  parts = []
+  for err in error.errors(include_url=False)[:3]:
+    loc = [str(x) for x in err.get("loc", ())]
+    if prefix and loc[:1] == [prefix]:
+      loc = loc[1:]
+    parts.append(f"{'.'.join(loc)}: {err['msg']}" if loc else err["msg"])
+  more = error.error_count() - len(parts)
+  if more > 0:
+    parts.append(f"{more} more")
+  return f"{'; '.join(parts)} (got {type(value).__name__})"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from ..core.canonical import canonical_json
-from ..core.compiler import CallInputs, CompileInput
+from ..core.compiler import CallInputs, CompileInput, recorded_call_exclusions
 from ..core.items import Item
 from ..core.manifest import ManifestIntegrityError
 from ..core.policy import PackPolicy
@@ -106,7 +106,7 @@ class InputEncoder:
         "schema": INPUTS_SCHEMA,
         "hash": "sha256",
         "policy": _put(ci.policy.model_dump(mode="json"), blobs),
-        "call": call.model_dump(mode="json", exclude={"items", "inflight"}),
+        "call": call.model_dump(mode="json", exclude=recorded_call_exclusions(call)),
         "items": [_put(it.model_dump(mode="json"), blobs) for it in call.items],
         "inflight": [_put(it.model_dump(mode="json"), blobs) for it in call.inflight],
         "history": {"len": len(ci.history), "chunk_size": self.chunk_size, "levels": levels},

@@ -56,8 +56,18 @@ class CallInputs(BaseModel):
   """Calibration: actual/estimated tokens, margin included (the calibrator bounds it)."""
   now: Optional[float] = Field(default=None, ge=MIN_TIMESTAMP, le=MAX_TIMESTAMP, allow_inf_nan=False)
   has_plan: bool = False
+  problems: list[str] = Field(default_factory=list)
+  """What the caller had to leave out of the inputs (a state value that failed its
+  schema, say): the pack is marked invalid with these first."""
   meta: dict[str, Optional[str]] = Field(default_factory=dict)
   """invocation_id, session_id, agent, model…: recorded, not hashed."""
+
+
+def recorded_call_exclusions(call: CallInputs) -> set[str]:
+  """Fields of ``call`` kept out of its recorded scalars: the item lists (hashed or
+  stored on their own) and an empty ``problems``, which older inputs did not have,
+  so their input hashes and stored inputs are unchanged."""
+  return {"items", "inflight"} if call.problems else {"items", "inflight", "problems"}
 
 
 class CompileInput(BaseModel):
@@ -482,7 +492,7 @@ class CompilerSession:
           needs={"total": totals["total"]}, usable=alloc.usable, window=call.window,
       )
 
-    problems = self._required(by_layer, call.has_plan)
+    problems = [*call.problems, *self._required(by_layer, call.has_plan)]
     pinned_before = [p for p in self._pinned if p < tail_start]
     pinned_ids = [self._ids[p] for p in pinned_before]
     # Pinned groups before the cut precede it; both ascending. A view, not a copy (see KeptIds).
@@ -562,7 +572,7 @@ class CompilerSession:
         "history_len": len(self.history),
         "items": item_digests,
         "inflight": [_item_digest(i) for i in inflight],
-        "call": call.model_dump(mode="json", exclude={"items", "inflight", "meta"}),
+        "call": call.model_dump(mode="json", exclude=recorded_call_exclusions(call) | {"meta"}),
     }
     return digest(body)
 

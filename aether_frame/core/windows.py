@@ -84,8 +84,12 @@ class ModelWindows:
 
   def __init__(self, overrides: Optional[Mapping[str, int]] = None):
     table = dict(DEFAULT_WINDOWS)
+    if overrides is not None and not isinstance(overrides, Mapping):
+      raise TypeError(f"window_overrides must be a mapping of model name to window, got {type(overrides).__name__}")
     for name, size in (overrides or {}).items():
-      if not isinstance(size, int) or size <= 0:
+      if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"window_overrides keys must be model names, got {name!r}")
+      if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         raise ValueError(f"window for model {name!r} must be a positive int, got {size!r}")
       table[_key(name)] = size
     self._table = table

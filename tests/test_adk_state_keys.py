@@ -70,7 +70,7 @@ def test_an_output_key_plan_is_left_out_with_its_reason_and_every_call_is_packed
     for doc in docs[1:]:
       assert doc["valid"] is False
       assert doc["problems"][0].startswith("state['plan'] left out: ")
-      assert "(got str)" in doc["runtime"]["state_rejected"]["plan"]
+      assert "(got str)" in doc["runtime"]["state_rejected"]["state['plan']"]
     assert state[LAST_PACK_KEY]["valid"] is False
     warned = [r for r in caplog.records if "state['plan']" in r.getMessage() and "state_keys" in r.getMessage()]
     assert len(warned) == 1  # once per plugin and problem
@@ -123,9 +123,9 @@ def test_one_bad_knowledge_entry_costs_only_itself_and_bad_tools_turn_scoping_of
     assert names == ["fetch", "search"]  # a tools value that is not a list scopes nothing
     doc = (await manifests(runner, s.id))[0]
     rejected = doc["runtime"]["state_rejected"]
-    assert sorted(rejected) == ["knowledge[1]", "tools"]
-    assert rejected["knowledge[1]"].startswith("summary: Field required")
-    assert "(got str)" in rejected["tools"]
+    assert sorted(rejected) == ["state['knowledge'][1]", "state['tools']"]
+    assert rejected["state['knowledge'][1]"].startswith("summary: Field required")
+    assert "(got str)" in rejected["state['tools']"]
     assert doc["valid"] is False and len(doc["problems"]) == 2
   asyncio.run(go())
 
@@ -133,9 +133,9 @@ def test_one_bad_knowledge_entry_costs_only_itself_and_bad_tools_turn_scoping_of
 def test_read_state_reports_and_keeps_what_fits():
   got = read_state({"plan": {"step": "x"}, "knowledge": {"uri": "u"}, "tools": ["a", 3]})
   assert got.plan is None and got.knowledge == [] and got.tools is None
-  assert got.rejected["plan"].startswith("goal: Field required")
-  assert got.rejected["knowledge"] == "expected a list of knowledge items, got dict"
-  assert got.rejected["tools"].startswith("1: Input should be a valid string")
+  assert got.rejected["state['plan']"].startswith("goal: Field required")
+  assert got.rejected["state['knowledge']"] == "expected a list of knowledge items, got dict"
+  assert got.rejected["state['tools']"].startswith("1: Input should be a valid string")
   fine = read_state({"p": PLAN, "plan": "ignored"}, StateKeys(plan="p"))
   assert fine.plan is not None and fine.plan.goal == "Summarise Q3 sales" and fine.rejected == {}
   assert read_state({"knowledge": [], "tools": None}).rejected == {}

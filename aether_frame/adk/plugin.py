@@ -578,7 +578,7 @@ class ContextPackPlugin(BasePlugin):
     plan, knowledge, step_tools = read.plan, read.knowledge, read.tools
     for where, why in read.rejected.items():
       self._log_once(f"rejected:{where}:{_shape(why)}", logging.WARNING,
-                     "session state[%r] does not fit the context pack's schema and is left out of the pack: %s. "
+                     "session %s does not fit the context pack's schema and is left out of the pack: %s. "
                      "If other code writes this key for its own use (an LlmAgent output_key, say), give the "
                      "pack its own key: ContextPackPlugin(state_keys={...}) (see aether_frame.adk.state_schema)",
                      where, why)
@@ -664,7 +664,7 @@ class ContextPackPlugin(BasePlugin):
     call = CallInputs(
         items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
-        problems=[f"state[{k!r}] left out: {why}" for k, why in read.rejected.items()],
+        problems=[f"{where} left out: {why}" for where, why in read.rejected.items()],
         meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model},
     )
     with _tracer.start_as_current_span("aether_frame.compile") as span:

@@ -118,7 +118,7 @@ class StateInputs:
   tools: Optional[list[str]] = None
   """Step tool names; None: no scoping."""
   rejected: dict[str, str] = field(default_factory=dict)
-  """``"plan"``, ``"knowledge[2]"``… (under their state keys) -> why the value was left out."""
+  """Where (``state['plan']``, ``state['knowledge'][2]``…) -> why the value was left out."""
 
 
 def read_state(state: Mapping[str, Any], keys: StateKeys = StateKeys()) -> StateInputs:
@@ -135,23 +135,23 @@ def read_state(state: Mapping[str, Any], keys: StateKeys = StateKeys()) -> State
     try:
       out.plan = PlanState.model_validate(plan)
     except ValidationError as e:
-      out.rejected[keys.plan] = _reason(e, plan)
+      out.rejected[f"state[{keys.plan!r}]"] = _reason(e, plan)
   knowledge = state.get(keys.knowledge)
   if knowledge is not None and knowledge != []:
     if not isinstance(knowledge, (list, tuple)):
-      out.rejected[keys.knowledge] = f"expected a list of knowledge items, got {type(knowledge).__name__}"
+      out.rejected[f"state[{keys.knowledge!r}]"] = f"expected a list of knowledge items, got {type(knowledge).__name__}"
     else:
       for i, entry in enumerate(knowledge):
         try:
           out.knowledge.append(KnowledgeItem.model_validate(entry))
         except ValidationError as e:
-          out.rejected[f"{keys.knowledge}[{i}]"] = _reason(e, entry)
+          out.rejected[f"state[{keys.knowledge!r}][{i}]"] = _reason(e, entry)
   tools = state.get(keys.tools)
   if tools is not None:
     try:
       out.tools = ToolsState.model_validate({"names": tools}).names
     except ValidationError as e:
-      out.rejected[keys.tools] = _reason(e, tools, prefix="names")
+      out.rejected[f"state[{keys.tools!r}]"] = _reason(e, tools, prefix="names")
   return out
 
 

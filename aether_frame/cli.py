@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
   demo = sub.add_parser("demo", help="run the offline demo app and print per-call budgets")
   demo.add_argument("--out", default="aether-frame-demo", help="FileArtifactService folder for manifests")
   demo.add_argument("--window", type=int, default=8192, help="context window in tokens (default 8192)")
-  demo.add_argument("--turns", type=int, default=30, help="user turns in the scripted chat (default 30)")
+  demo.add_argument("--turns", type=int, default=30, help="user turns in the scripted chat (default 30, at most 10,000)")
   demo.add_argument("--model", default=None, help="e.g. gemini-3.5-flash (needs GOOGLE_API_KEY); default: offline model")
   demo.set_defaults(func=lambda a: _demo(a))
   try:

@@ -15,8 +15,9 @@ import os
 import shlex
 import shutil
 import signal
+import tempfile
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
@@ -26,9 +27,11 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from .adk.manifest_store import MANIFEST_FILENAME
+from .adk import manifest_store
+from .adk.manifest_store import MANIFEST_FILENAME, ManifestWriter
 from .adk.plugin import ContextPackPlugin
 from .adk.state_schema import LAST_FAULT_KEY
+from .audit.spool import Spool
 from .cli import CommandError
 from .core import manifest as manifest_doc
 from .core.allocator import ContextBudgetExhausted
@@ -37,6 +40,10 @@ from .offline_model import OfflineLlm, tool_call
 
 APP_NAME = "aether_demo"
 USER_ID = "demo-user"
+MAX_TURNS = 10_000
+"""``--turns`` above this is refused: a 10,000-turn session already takes hours offline."""
+STORE_TIMEOUT = 60.0
+"""Seconds one manifest write to ``--out`` may take (a local folder; the writer's 5 s is for GCS)."""
 
 TOPICS = (
     "pricing of the three competitors", "their onboarding flow", "enterprise security features",
@@ -71,21 +78,53 @@ def scripted_reply(llm_request) -> types.Content | str:
   return f"Noted ({len(request.split())} words). Next I will check the acceptance list."
 
 
-def scripted_turns(n: int, *, topics: Sequence[str] = TOPICS, search_every: int = 3, spread: int = 23) -> list[str]:
-  """A deterministic research chat of varied length; every ``search_every``-th turn asks for a search (0: never)."""
-  out = []
+def iter_scripted_turns(n: int, *, topics: Sequence[str] = TOPICS, search_every: int = 3, spread: int = 23) -> Iterator[str]:
+  """``scripted_turns``, one turn at a time: a long run holds one turn's text, not all of them."""
   for i in range(n):
     topic = topics[i % len(topics)]
     if search_every and i % search_every == 0:
-      out.append(f"search {topic}")
+      yield f"search {topic}"
     else:
       detail = " ".join(f"Point {j}: the {topic} differ in detail {i}-{j}." for j in range(4 + (i * 7) % spread))
-      out.append(f"Turn {i}: here is what I found about {topic}. {detail}")
-  return out
+      yield f"Turn {i}: here is what I found about {topic}. {detail}"
+
+
+def scripted_turns(n: int, *, topics: Sequence[str] = TOPICS, search_every: int = 3, spread: int = 23) -> list[str]:
+  """A deterministic research chat of varied length; every ``search_every``-th turn asks for a search (0: never)."""
+  return list(iter_scripted_turns(n, topics=topics, search_every=search_every, spread=spread))
 
 
 class DemoError(RuntimeError):
   """The run cannot go on: a pack that does not fit the window, a model that does not answer."""
+
+
+class _OwnSpoolIsReported(logging.Filter):
+  """The writer's warnings about the demo's private spool: the demo stops and says so itself."""
+
+  def __init__(self, root: Path):
+    super().__init__()
+    self.root = str(root)
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    try:
+      return self.root not in record.getMessage()
+    except Exception:  # a record that cannot be formatted is not ours to hide
+      return True
+
+
+def _unstored(writer: ManifestWriter, spool_root: Path) -> Optional[str]:
+  """Why manifests did not reach the store (spooled, held in memory or lost), or None when all did."""
+  stats = writer.stats
+  if not (stats["spooled"] or stats["held"] or stats["lost"]):
+    return None
+  for path in Spool(spool_root).paths() if spool_root.is_dir() else ():
+    try:
+      reason = Spool.read(path).get("reason")
+    except Exception:
+      continue
+    if reason:
+      return str(reason).splitlines()[0]
+  return "the store and the fallback spool both failed"
 
 
 class _BudgetFaultsAreReported(logging.Filter):
@@ -138,11 +177,22 @@ async def run_demo(
   when ``out_dir`` holds other sessions (the memory-seeding one, earlier runs).
   ``sessions`` collects the ids of the sessions this run creates, as it creates
   them, so a caller can remove what a failed run wrote. The run stops with
-  ``DemoError`` at the first plugin fault (a request sent without a pack) or,
-  with ``model``, at the first failed model call.
+  ``DemoError`` at the first plugin fault (a request sent without a pack), at
+  the first manifest that ``out_dir`` did not take (the writer spools to a
+  private folder, removed at the end: nothing of the run is left in the user's
+  spool), or, with ``model``, at the first failed model call.
   """
   sessions = [] if sessions is None else sessions
   out_dir.mkdir(parents=True, exist_ok=True)
+  spool_root = Path(tempfile.mkdtemp(prefix="aether-frame-demo-spool-"))
+  try:
+    return await _run_demo(out_dir, spool_root, window=window, turns=turns, model=model, sessions=sessions)
+  finally:
+    shutil.rmtree(spool_root, ignore_errors=True)
+
+
+async def _run_demo(out_dir: Path, spool_root: Path, *, window: int, turns: int, model: Optional[str],
+                    sessions: list[str]) -> tuple[Path, list[tuple[int, dict[str, Any]]]]:
   llm: Any = model if model else OfflineLlm(model="offline-demo", default=scripted_reply)
   agent = LlmAgent(
       name="researcher",
@@ -150,7 +200,8 @@ async def run_demo(
       instruction="You are a careful research assistant. Use tools when asked to search.",
       tools=[search_notes, save_finding],
   )
-  plugin = ContextPackPlugin(window=window, policy=PackPolicy(tool_scoping="mask"))
+  writer = ManifestWriter(spool_dir=spool_root, timeout=STORE_TIMEOUT)
+  plugin = ContextPackPlugin(window=window, policy=PackPolicy(tool_scoping="mask"), manifest_writer=writer)
   memory = InMemoryMemoryService()
   runner = Runner(
       app=App(name=APP_NAME, root_agent=agent, plugins=[plugin]),
@@ -194,10 +245,16 @@ async def run_demo(
       if fault.get("error") == ContextBudgetExhausted.__name__:
         raise DemoError(f"--window {window} is too small for the demo's packs ({what})")
       raise DemoError(f"the context plugin sent a request without a pack ({what})")
+    why = _unstored(writer, spool_root)
+    if why is not None:
+      raise DemoError(f"--out {out_dir}: the manifests cannot be stored there ({why})")
 
   plugin_log = logging.getLogger(ContextPackPlugin.__module__)
   quiet = _BudgetFaultsAreReported()
   plugin_log.addFilter(quiet)
+  store_log = logging.getLogger(manifest_store.__name__)
+  own_spool = _OwnSpoolIsReported(spool_root)
+  store_log.addFilter(own_spool)
   adk_log = logging.getLogger("google_adk")
   adk_level = adk_log.level
   if model:  # a failed call is reported in one line; ADK would log its traceback first
@@ -212,7 +269,7 @@ async def run_demo(
 
     session = await runner.session_service.create_session(app_name=APP_NAME, user_id=USER_ID, state=_initial_state())
     sessions.append(session.id)
-    for text in scripted_turns(turns):
+    for text in iter_scripted_turns(turns):
       await say(session.id, text)
     if interrupted:
       raise KeyboardInterrupt
@@ -224,6 +281,7 @@ async def run_demo(
     if handles_sigint:
       loop.remove_signal_handler(signal.SIGINT)
     plugin_log.removeFilter(quiet)
+    store_log.removeFilter(own_spool)
     adk_log.setLevel(adk_level)
   manifests = []
   versions = await runner.artifact_service.list_versions(app_name=APP_NAME, user_id=USER_ID, session_id=session.id, filename=MANIFEST_FILENAME)
@@ -232,6 +290,8 @@ async def run_demo(
         app_name=APP_NAME, user_id=USER_ID, session_id=session.id, filename=MANIFEST_FILENAME, version=v
     )
     manifests.append((v, manifest_doc.verify(json.loads(part.inline_data.data), where=f"{MANIFEST_FILENAME} v{v}")))
+  if not manifests:
+    raise DemoError(f"--out {out_dir}: no manifest of the run was stored there")
   return _session_dir(out_dir, session.id), manifests
 
 
@@ -282,10 +342,34 @@ def _check_model(model: str) -> None:
     raise CommandError(f"--model {model}: {_first_line(e)} Omit --model to run offline.") from None
 
 
-def _discard(out_dir: Path, created: bool, sessions: list[str]) -> None:
-  """Removes what a failed run wrote: the folder if the run made it, else the run's own sessions."""
-  if created:
-    shutil.rmtree(out_dir, ignore_errors=True)
+def _prepare_out(out_dir: Path) -> Optional[Path]:
+  """Creates ``--out`` and checks that it takes a file, before anything runs.
+
+  Returns the topmost folder this created (None if ``out_dir`` was there), for
+  ``_discard``. A folder that cannot be written (``/proc/1``, read-only) used
+  to run the whole demo with every manifest spooled elsewhere, and exit 0.
+  """
+  created: Optional[Path] = None
+  try:
+    for folder in (out_dir, *out_dir.parents):
+      if folder.exists():
+        break
+      created = folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(prefix=".aether-frame-probe-", dir=out_dir)
+    os.close(fd)
+    os.unlink(probe)
+  except OSError as e:
+    if created is not None:
+      shutil.rmtree(created, ignore_errors=True)
+    raise CommandError(f"--out {out_dir}: cannot write there ({e.strerror or type(e).__name__})") from None
+  return created
+
+
+def _discard(out_dir: Path, created: Optional[Path], sessions: list[str]) -> None:
+  """Removes what a failed run wrote: the folders the run made, else the run's own sessions."""
+  if created is not None:
+    shutil.rmtree(created, ignore_errors=True)
     return
   for session_id in sessions:
     shutil.rmtree(_session_dir(out_dir, session_id), ignore_errors=True)
@@ -293,17 +377,19 @@ def _discard(out_dir: Path, created: bool, sessions: list[str]) -> None:
 
 def main(out: str = "aether-frame-demo", window: int = 8192, turns: int = 30, model: Optional[str] = None) -> int:
   """``aether-frame demo``. Bad arguments and failed runs raise ``CommandError`` (exit 2); a failed
-  or interrupted run leaves ``out`` as it found it."""
+  or interrupted run leaves ``out`` as it found it. ``turns`` is 1 to ``MAX_TURNS`` (10,000)."""
   if window <= 0:
     raise CommandError(f"--window must be positive, got {window}")
   if turns < 1:
     raise CommandError(f"--turns must be at least 1, got {turns}")
+  if turns > MAX_TURNS:
+    raise CommandError(f"--turns must be at most {MAX_TURNS:,}, got {turns:,}")
   if model:
     _check_model(model)
   out_dir = Path(out).expanduser().resolve()
   if out_dir.exists() and not out_dir.is_dir():
     raise CommandError(f"--out {out_dir}: not a folder")
-  created = not out_dir.exists()
+  created = _prepare_out(out_dir)
   sessions: list[str] = []
   try:
     session_dir, manifests = asyncio.run(run_demo(out_dir, window=window, turns=turns, model=model, sessions=sessions))

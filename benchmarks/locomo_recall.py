@@ -95,8 +95,29 @@ def normalise_evidence(raw: Sequence[str]) -> tuple[str, ...]:
   return tuple(out)
 
 
+class LocomoDataError(ValueError):
+  """A --data file that is not a LoCoMo conversation (truncated, not JSON, another shape); names the file."""
+
+
 def load_conversation(path: Path, *, captions: bool = True) -> Conversation:
-  data = json.loads(path.read_text())
+  """One LoCoMo conversation file; ``LocomoDataError`` (naming the file) when it is not one."""
+  try:
+    data = json.loads(path.read_text(encoding="utf-8"))
+  except json.JSONDecodeError as e:
+    raise LocomoDataError(f"{path}: not JSON (truncated?): {e}") from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise LocomoDataError(f"{path}: cannot read it: {e}") from None
+  if not isinstance(data, dict):
+    raise LocomoDataError(f"{path}: expected a LoCoMo conversation (a JSON object with session_N and qa), "
+                          f"got a JSON {type(data).__name__}")
+  try:
+    return _parse_conversation(path, data, captions=captions)
+  except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+    what = f"missing field {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+    raise LocomoDataError(f"{path}: not a LoCoMo conversation ({what})") from None
+
+
+def _parse_conversation(path: Path, data: dict, *, captions: bool) -> Conversation:
   sessions = sorted((int(m.group(1)), k) for k in data if (m := _SESSION.fullmatch(k)))
   turns: list[Turn] = []
   last = 0.0
@@ -347,7 +368,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if missing:
     parser.error(f"no LoCoMo file for conversation(s) {', '.join(missing)} in {args.data} (set --data or LOCOMO_DIR)")
   t0 = time.perf_counter()
-  results, note = run(names, data_dir=args.data, budgets=budgets, with_embedder=not args.no_embedder)
+  try:
+    results, note = run(names, data_dir=args.data, budgets=budgets, with_embedder=not args.no_embedder)
+  except LocomoDataError as e:  # the files are read before any ranking: nothing was computed yet
+    print(f"{parser.prog}: error: {e}", file=sys.stderr)
+    return 2
   titles = {"dev": f"dev ({', '.join(c for c in names if c in DEV)})", "test": f"test ({', '.join(c for c in names if c in TEST)})", "other": "other"}
   for split, rows in results.items():
     print(format_table(f"LoCoMo evidence recall, {titles[split]}, o200k_base", rows, budgets))

@@ -14,18 +14,45 @@ here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=retention.env
 source "$here/retention.env"
 
+# The value of option $1 is $2: present, not empty, and not the next option (`--app --dry-run`
+# once took "--dry-run" as the app and ran the real update).
+value() {
+  if [ "$#" -lt 2 ] || [ -z "$2" ] || [[ "$2" == -* ]]; then
+    echo "$1 needs a value${2:+, got '$2'}" >&2; exit 2
+  fi
+}
+
 bucket="" apps=() create=0 location="" lock=0 dry=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    gs://*) bucket="${1%/}" ;;
-    --app) apps+=("$2"); shift ;;
+    gs://*)
+      [ -z "$bucket" ] || { echo "one bucket at a time: got $bucket and $1" >&2; exit 2; }
+      name="${1#gs://}"; name="${name%/}"
+      # A bucket name (GCS naming rules, 3-63 characters aside: gcloud checks those): lowercase letters,
+      # digits, '-', '_' and '.', starting and ending with a letter or digit; no object path after it.
+      if [[ ! "$name" =~ ^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$ ]] || [ "${#name}" -gt 222 ]; then
+        echo "expected gs://BUCKET (a bucket name, no path after it), got '$1'" >&2; exit 2
+      fi
+      bucket="gs://$name" ;;
+    --app)
+      value "$@"
+      app="${2%/}"
+      # ADK app names: a letter (or '_') first, then letters, digits, '_' and '-'. An empty name would
+      # render the prefix "/", which matches nothing: no manifest would ever expire.
+      if [[ ! "$app" =~ ^[A-Za-z_][A-Za-z0-9_-]*$ ]]; then
+        echo "--app: expected an ADK app name (letters, digits, '_' and '-', a letter first), got '$2'" >&2; exit 2
+      fi
+      if [ "$app" = "context-pack-blobs" ]; then
+        echo "--app: context-pack-blobs is where the input blobs live (a rule of its own), not an app" >&2; exit 2
+      fi
+      apps+=("$app"); shift ;;
+    --location) value "$@"; location="$2"; shift ;;
+    --manifest-days) value "$@"; MANIFEST_DAYS="$2"; shift ;;
+    --blob-days) value "$@"; BLOB_DAYS="$2"; shift ;;
+    --retention-days) value "$@"; RETENTION_DAYS="$2"; shift ;;
+    --soft-delete-days) value "$@"; SOFT_DELETE_DAYS="$2"; shift ;;
+    --nearline-days) value "$@"; NEARLINE_DAYS="$2"; shift ;;
     --create) create=1 ;;
-    --location) location="$2"; shift ;;
-    --manifest-days) MANIFEST_DAYS="$2"; shift ;;
-    --blob-days) BLOB_DAYS="$2"; shift ;;
-    --retention-days) RETENTION_DAYS="$2"; shift ;;
-    --soft-delete-days) SOFT_DELETE_DAYS="$2"; shift ;;
-    --nearline-days) NEARLINE_DAYS="$2"; shift ;;
     --lock-retention) lock=1 ;;
     --dry-run) dry=1 ;;
     -h|--help) sed -n '2,12p' "$0"; exit 0 ;;

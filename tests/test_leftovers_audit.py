@@ -248,7 +248,7 @@ async def test_what_is_held_is_bounded_and_every_loss_is_counted_and_logged(tmp_
 
 
 def test_max_held_must_be_positive():
-  with pytest.raises(ValueError, match="max_held must be >= 1, got 0"):
+  with pytest.raises(ValueError, match="max_held must be an int >= 1, got 0"):
     ManifestWriter(max_held=0)
 
 

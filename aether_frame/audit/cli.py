@@ -1,8 +1,12 @@
 """The manifest subcommands of ``aether-frame``: replay, diff, report, flush, inspect.
 
 ``aether_frame.cli`` calls ``add_subcommands(subparsers)``. Every handler
-returns an exit code: 0 fine, 1 a difference (replay) or nothing done, 2 a
-refused (tampered) manifest or an unreadable location, so ``replay`` can gate CI.
+returns an exit code: 0 fine, 1 a difference (replay) or entries left in the
+spool (flush), 2 a refused (tampered) manifest, an unreadable location or a bad
+argument, so ``replay`` can gate CI. ``diff`` exits 0 whatever it finds. Output
+cut short by a closed pipe (``replay … | head``) exits 141 (128 + SIGPIPE, what
+a shell reports for a process killed by it): the run did not finish, so it is
+neither "fine" nor "a difference".
 """
 
 from __future__ import annotations
@@ -17,13 +21,15 @@ from pathlib import Path
 from typing import Any, Optional
 
 EXIT_OK, EXIT_DIFF, EXIT_REFUSED = 0, 1, 2
+EXIT_BROKEN_PIPE = 141
+"""stdout closed by its reader (``| head``): 128 + SIGPIPE, as a shell reports ``yes | head``."""
 
 LOCATION_HELP = "gs://BUCKET[/APP[/USER[/SESSION]]], a FileArtifactService folder, or one manifest file"
 
 
 def add_subcommands(subparsers) -> None:
   p = subparsers.add_parser("replay", help="rebuild every stored pack with this code; non-zero exit on any difference")
-  p.add_argument("location", help=LOCATION_HELP)
+  p.add_argument("location", help=LOCATION_HELP + "; LOCATION@N replays version N only (negative counts from the end)")
   p.add_argument("--policy-override", metavar="JSON", help='PackPolicy fields to change before rebuilding, e.g. \'{"memory_top_k": 2}\' or @file.json')
   p.add_argument("--blobs", metavar="LOCATION", help="where the input blobs are, for a lone manifest file (gs://BUCKET/APP/USER or a folder)")
   p.add_argument("--json", action="store_true", help="one JSON object per call")
@@ -82,17 +88,34 @@ def _one_line(e: BaseException) -> str:
   return text[0] if text else type(e).__name__
 
 
+def _silence_stdout() -> None:
+  """After a broken pipe: stdout goes to devnull, so the interpreter's final flush cannot fail again
+  (the Python docs' recipe for SIGPIPE, in the ``signal`` module's notes)."""
+  try:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+  except (OSError, ValueError, AttributeError):  # no real file descriptor (a captured stream)
+    sys.stdout = open(os.devnull, "w")
+
+
 def _run(coro) -> int:
-  """Runs a handler; every failure is one line on stderr and exit 2, never 1 ("a difference")."""
+  """Runs a handler; every failure is one line on stderr and exit 2, never 1 ("a difference").
+
+  A reader that closes the pipe early (``replay … | head``) gets ``EXIT_BROKEN_PIPE`` (141): the run
+  stopped at that point, so it proves neither "identical" (0) nor "a difference" (1).
+  """
   from ..core.manifest import ManifestIntegrityError
   try:
-    return asyncio.run(coro)
+    code = asyncio.run(coro)
+    sys.stdout.flush()  # what is still buffered breaks the pipe here, not at exit
+    return code
   except ManifestIntegrityError as e:
     _err(f"refused: {e}")
     return EXIT_REFUSED
   except BrokenPipeError:  # output piped into head & co.
-    sys.stdout = open(os.devnull, "w")
-    return EXIT_DIFF
+    _silence_stdout()
+    return EXIT_BROKEN_PIPE
   except OSError as e:
     _err(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else f"{type(e).__name__}: {_one_line(e)}")
     return EXIT_REFUSED
@@ -120,8 +143,11 @@ async def _one_session(source, loc: str):
   return refs[0]
 
 
-async def _load_ref(ref: str, blobs: Optional[str], version: Optional[int] = None, source=None):
-  """(source, stored call) for a ref; the latest version when none is given."""
+async def _load_ref(ref: str, blobs: Optional[str], version: Optional[int] = None, source=None, *, check_schema: bool = True):
+  """(source, stored call) for a ref; the latest version when none is given.
+
+  ``check_schema=False`` leaves a manifest of another schema to the caller (replay reports it as a call).
+  """
   from .source import LocationError, open_location, split_version
   if source is None:
     loc, v = split_version(ref)
@@ -140,7 +166,8 @@ async def _load_ref(ref: str, blobs: Optional[str], version: Optional[int] = Non
   elif version not in versions:
     raise LocationError(f"{loc}: no version {version} (have {versions[0]}..{versions[-1]})")
   call = await source.load(sref, version)
-  _check_schema(call.doc, call.where)
+  if check_schema:
+    _check_schema(call.doc, call.where)
   return source, call
 
 
@@ -157,10 +184,58 @@ def _replay(args) -> int:
   return _run(_replay_async(args))
 
 
+def _policy_problem(e: Exception) -> str:
+  """A pydantic ValidationError as one line: each field and what is wrong with it."""
+  errors = getattr(e, "errors", None)
+  if not callable(errors):
+    return _one_line(e)
+  out = []
+  for err in errors():
+    where = ".".join(str(x) for x in err.get("loc", ())) or "policy"
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    given = err.get("input")
+    out.append(f"{where}: {msg}" + (f" (got {given!r})" if not isinstance(given, (dict, list)) else ""))
+  return "; ".join(out) or _one_line(e)
+
+
+async def _stored_policy(source, call) -> Any:
+  """The PackPolicy a stored call was compiled with, or None when it cannot be read (replay says why)."""
+  from ..core.policy import PackPolicy
+  try:
+    key = call.doc["inputs"]["policy"]
+    blobs = await source.blobs(call.ref.app, call.ref.user, [key])
+    return PackPolicy.model_validate(json.loads(blobs[key]))
+  except Exception:
+    return None
+
+
+async def _check_override(source, override: Optional[dict], call=None) -> None:
+  """Applies ``override`` to a stored policy (``call``'s, else the first call's, else the default) once,
+  so a bad value is one error up front and not one per call."""
+  from ..core.policy import PackPolicy
+  from .replay import apply_override
+  if not override:
+    return
+  policy = None
+  try:
+    if call is None:
+      refs = await source.sessions()
+      versions = await source.versions(refs[0]) if refs else []
+      call = await source.load(refs[0], versions[0]) if versions else None
+    if call is not None:
+      policy = await _stored_policy(source, call)
+  except Exception:  # an unreadable location or call is reported by the replay itself
+    policy = None
+  try:
+    apply_override(policy if policy is not None else PackPolicy(), override)
+  except ValueError as e:  # pydantic's ValidationError is one
+    raise ValueError(f"--policy-override: {_policy_problem(e)}") from None
+
+
 async def _replay_async(args) -> int:
   from ..core.policy import PackPolicy
-  from .replay import parse_override, replay
-  from .source import open_location
+  from .replay import default_ranking, parse_override, replay, replay_call
+  from .source import open_location, split_version
   try:
     override = parse_override(args.policy_override)
   except json.JSONDecodeError as e:
@@ -168,7 +243,12 @@ async def _replay_async(args) -> int:
   unknown = sorted(set(override or ()) - set(PackPolicy.model_fields))
   if unknown:  # refused once here, not once per call
     raise ValueError(f"--policy-override: not PackPolicy fields: {', '.join(unknown)}")
-  source = open_location(args.location, blobs=args.blobs)
+  loc, version = split_version(args.location)
+  source = open_location(loc, blobs=args.blobs)
+  call = None
+  if version is not None:  # LOCATION@N: that one call, as inspect and diff take it
+    _, call = await _load_ref(loc, args.blobs, version, source=source, check_schema=False)
+  await _check_override(source, override, call)
 
   def show(rep) -> None:
     if args.json:
@@ -189,7 +269,12 @@ async def _replay_async(args) -> int:
     if len(rep.differences) > 40:
       print(f"    … {len(rep.differences) - 40} more")
 
-  reports = await replay(source, policy_override=override, on_call=show)
+  if call is not None:
+    rep = await replay_call(source, call, ranking=default_ranking(), policy_override=override)
+    show(rep)
+    reports = [rep]
+  else:
+    reports = await replay(source, policy_override=override, on_call=show)
   counts = {s: sum(1 for r in reports if r.status == s) for s in ("identical", "different", "refused", "error")}
   if not args.json:
     print(f"{len(reports)} calls: {counts['identical']} identical, {counts['different']} different, "
@@ -229,8 +314,37 @@ async def _diff_async(args) -> int:
   a = await rebuild(src_a, call_a, ranking=ranking)
   b = await rebuild(src_b, call_b, ranking=ranking)
   report = context_diff(a, b)
-  print(json.dumps(report.as_dict(), ensure_ascii=False, indent=1) if args.json else format_diff(report))
+  note = _crossing_note(call_a, call_b)
+  if args.json:
+    if note:
+      report.notes.insert(0, note)
+    print(json.dumps(report.as_dict(), ensure_ascii=False, indent=1))
+  else:
+    head, sep, rest = format_diff(report).partition("\n\n")  # the A:/B: lines, then the table
+    print(f"{head}\nnote: {note}{sep}{rest}" if note else head + sep + rest)
   return EXIT_OK
+
+
+def _owner(call) -> tuple[str, str]:
+  """(session, agent) of a stored call: the store's session id, else the one the manifest records."""
+  doc = call.doc if isinstance(call.doc, dict) else {}
+  session = call.ref.session if call.ref.session not in ("?", "") else str(doc.get("session_id") or "?")
+  return session, str(doc.get("agent") or "?")
+
+
+def _crossing_note(call_a, call_b) -> str:
+  """One line when A and B are not two calls of one agent in one session: their cache break and
+  prefix change then compare unrelated prompts, not a change from one call to the next."""
+  (sa, ga), (sb, gb) = _owner(call_a), _owner(call_b)
+  scope_a, scope_b = (call_a.ref.app, call_a.ref.user), (call_b.ref.app, call_b.ref.user)
+  other_user = "?" not in (*scope_a, *scope_b) and scope_a != scope_b  # a lone file does not say whose it is
+  if sa != sb or other_user:
+    what = f"different sessions ({sa} and {sb})"
+  elif ga != gb:
+    what = f"different agents ({ga} and {gb}) of session {sa}"
+  else:
+    return ""
+  return f"A and B are from {what}: the cache break and prefix change compare unrelated prompts"
 
 
 # ------------------------------------------------------------------ report
@@ -245,9 +359,10 @@ async def _report_async(args) -> int:
   ref = await _one_session(source, args.session)
   page = await session_report(source, ref)
   out = Path(args.out or report_filename(ref.session))
-  out.write_text(page, encoding="utf-8")
+  data = page.encode("utf-8")
+  out.write_bytes(data)
   calls = page.count('<div class="bar">')
-  print(f"wrote {out} ({len(page):,} bytes, {calls} calls)")
+  print(f"wrote {out} ({len(data):,} bytes, {calls} calls)")
   return EXIT_OK
 
 

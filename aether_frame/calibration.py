@@ -19,15 +19,18 @@ from typing import Any, Mapping
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Calibrator", "DEFAULT_ALPHA", "MIN_RATIO", "MAX_RATIO"]
+__all__ = ["Calibrator", "DEFAULT_ALPHA", "DEFAULT_ALPHA_UP", "MIN_RATIO", "MAX_RATIO"]
 
 DEFAULT_ALPHA = 0.3
+DEFAULT_ALPHA_UP = 1.0
+"""A sample above the ratio counts in full: a request the model counted larger than
+we did is followed by one sized for that count, not by ~5 more that overshoot."""
 # One bad sample (e.g. a cached-content hit, or a prompt we did not build) must
 # not collapse or explode budgets: samples and the ratio stay in [0.5, 3.0].
 MIN_RATIO = 0.5
 MAX_RATIO = 3.0
 _STATE_VERSION = 1
-_SETTINGS = ("alpha", "min_ratio", "max_ratio", "shrink_floor", "min_samples_to_shrink")
+_SETTINGS = ("alpha", "alpha_up", "min_ratio", "max_ratio", "shrink_floor", "min_samples_to_shrink")
 
 
 @dataclass
@@ -49,7 +52,7 @@ def _positive_number(value: Any) -> float | None:
     return None
   try:
     v = float(value)
-  except (TypeError, ValueError):
+  except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond a float (10**400)
     return None
   if not math.isfinite(v) or v <= 0:
     return None
@@ -69,8 +72,10 @@ def _clamp(v: float, lo: float, hi: float) -> float:
 class Calibrator:
   """Per-model EWMA of actual/estimate, clamped to [min_ratio, max_ratio].
 
-  - The first valid sample sets the ratio; later ones blend in with weight
-    ``alpha`` (0.3: a shift in the workload is mostly absorbed after ~5 calls).
+  - The first valid sample sets the ratio. A later sample above the ratio
+    blends in with weight ``alpha_up`` (1.0: the ratio rises to it at once, as
+    an overshoot costs a failed call), one below it with ``alpha`` (0.3: the
+    budget grows back over ~5 calls, as an undershoot costs only some room).
   - ``scale(model, margin)`` = max(ratio, floor) * (1 + margin). The default
     floor is 1.0, so estimates are never shrunk: if our tokenizer over-counts
     (ratio < 1) budgets stay as estimated. Set ``shrink_floor`` < 1 (bounded by
@@ -83,6 +88,7 @@ class Calibrator:
       self,
       alpha: float = DEFAULT_ALPHA,
       *,
+      alpha_up: float = DEFAULT_ALPHA_UP,
       min_ratio: float = MIN_RATIO,
       max_ratio: float = MAX_RATIO,
       shrink_floor: float = 1.0,
@@ -90,12 +96,15 @@ class Calibrator:
   ) -> None:
     if not 0.0 < alpha <= 1.0:
       raise ValueError("alpha must be in (0, 1]")
+    if not 0.0 < alpha_up <= 1.0:
+      raise ValueError("alpha_up must be in (0, 1]")
     if not 1e-3 <= min_ratio <= 1.0 <= max_ratio <= 1e3:
       # The scale (ratio times the margin) must stay within what a compile accepts.
       raise ValueError(f"need 0.001 <= min_ratio <= 1 <= max_ratio <= 1000, got {min_ratio}, {max_ratio}")
     if not min_ratio <= shrink_floor <= 1.0:
       raise ValueError("shrink_floor must be in [min_ratio, 1.0]")
     self.alpha = float(alpha)
+    self.alpha_up = float(alpha_up)
     self.min_ratio = float(min_ratio)
     self.max_ratio = float(max_ratio)
     self.shrink_floor = float(shrink_floor)
@@ -125,7 +134,8 @@ class Calibrator:
       if st.samples == 0:
         st.ratio = sample
       else:
-        st.ratio = _clamp(self.alpha * sample + (1.0 - self.alpha) * st.ratio, self.min_ratio, self.max_ratio)
+        a = self.alpha_up if sample > st.ratio else self.alpha
+        st.ratio = _clamp(a * sample + (1.0 - a) * st.ratio, self.min_ratio, self.max_ratio)
       st.samples += 1
       st.last_estimate = int(round(est))
       st.last_actual = int(round(act))

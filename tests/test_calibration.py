@@ -20,7 +20,7 @@ def test_unseen_model_is_neutral():
 
 
 def test_ewma_hand_computed():
-  cal = Calibrator(alpha=0.3)
+  cal = Calibrator(alpha=0.3, alpha_up=0.3)  # symmetric: the textbook EWMA
   # first sample sets the ratio: 1200/1000 = 1.2
   assert cal.observe("m", 1000, 1200) == pytest.approx(1.2)
   # 0.3 * (1500/1000=1.5) + 0.7 * 1.2 = 0.45 + 0.84 = 1.29
@@ -32,6 +32,18 @@ def test_ewma_hand_computed():
   # models are independent; "models/" prefix is normalised
   assert cal.ratio("other") == 1.0
   assert cal.ratio("models/m") == pytest.approx(1.173)
+
+
+def test_a_larger_count_is_taken_at_once_a_smaller_one_slowly():
+  """By default a sample above the ratio replaces it (the next pack must fit what the model
+  counted), and one below blends in with alpha (room comes back over a few calls)."""
+  cal = Calibrator(alpha=0.3)
+  assert cal.observe("m", 1000, 1200) == pytest.approx(1.2)
+  assert cal.observe("m", 1000, 2000) == pytest.approx(2.0)  # symmetric EWMA: 1.44, and the next pack overshoots
+  assert cal.observe("m", 1000, 1000) == pytest.approx(0.3 * 1.0 + 0.7 * 2.0)
+  assert cal.observe("m", 1000, 1800) == pytest.approx(1.8)
+  with pytest.raises(ValueError, match="alpha_up"):
+    Calibrator(alpha_up=0)
 
 
 def test_samples_and_ratio_are_clamped():
@@ -92,14 +104,14 @@ def test_invalid_settings():
 
 
 def test_persistence_round_trip_is_json_safe():
-  cal = Calibrator(alpha=0.5, shrink_floor=0.9)
+  cal = Calibrator(alpha=0.5, alpha_up=0.5, shrink_floor=0.9)
   cal.observe("gemini-2.5-flash", 1000, 1100)
   cal.observe("gemini-2.5-flash", 1000, 1300)
   cal.observe("models/gemini-2.5-pro", 500, 450)
   state = json.loads(json.dumps(cal.to_dict()))
   back = Calibrator.from_dict(state)
   assert back.to_dict() == cal.to_dict()
-  assert back.alpha == 0.5 and back.shrink_floor == 0.9
+  assert back.alpha == 0.5 and back.alpha_up == 0.5 and back.shrink_floor == 0.9
   assert back.ratio("gemini-2.5-flash") == pytest.approx(1.2)
   assert back.snapshot("gemini-2.5-pro") == cal.snapshot("gemini-2.5-pro")
   # learning continues from the restored state: 0.5 * 1.0 + 0.5 * 1.2 = 1.1

@@ -130,6 +130,8 @@ class _Sent:
   cache_before: Any = None
   observed: bool = False
   """Calibrated: a streamed call reports its prompt count on more than one chunk."""
+  limit: Optional[int] = None
+  """The window minus the output reserve: what the model's own prompt count must stay under."""
 
 
 _MISSING = object()
@@ -202,6 +204,7 @@ class ContextPackPlugin(BasePlugin):
       ranker: Optional[Ranker] = None,
       history_index_factory: Optional[Callable[[], HistoryIndex]] = None,
       working_memory: Any = None,
+      calibrator: Optional[Calibrator] = None,
       manifest_writer: Optional[ManifestWriter] = None,
       include_artifacts: bool = True,
       state_keys: Union[StateKeys, Mapping[str, str], None] = None,
@@ -245,7 +248,10 @@ class ContextPackPlugin(BasePlugin):
     self.include_artifacts = include_artifacts
     self.state_keys = state_keys if isinstance(state_keys, StateKeys) else StateKeys.model_validate(state_keys or {})
     self.artifact_list_timeout = artifact_list_timeout
-    self.calibrator = Calibrator()
+    if calibrator is not None and not isinstance(calibrator, Calibrator):
+      raise TypeError(f"calibrator must be a Calibrator (aether_frame.calibration), got {type(calibrator).__name__}")
+    self.calibrator = calibrator or Calibrator()
+    """Its settings (alpha, alpha_up, bounds) apply to every session's own samples."""
     self._media_counters: dict[str, TokenCounter] = {}
     self.faults = 0
     self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
@@ -329,8 +335,14 @@ class ContextPackPlugin(BasePlugin):
         # The session's own calibration drives its budgets, so any worker that
         # picks the session up compiles the same pack.
         session_cal = self._session_calibration(callback_context.state)
-        session_cal.observe(answered, sent.estimate, actual)
+        ratio = session_cal.observe(answered, sent.estimate, actual)
         callback_context.state[CALIBRATION_KEY] = session_cal.to_dict(settings=False)
+        if sent.limit is not None and isinstance(actual, int) and actual > sent.limit:
+          # Calibration learns from this; the call itself already went out too large.
+          self._log_once(f"over-window:{answered}", logging.WARNING,
+                         "model %s counted %d prompt tokens for a pack of %d by our count, over the window minus "
+                         "the output reserve (%d); later packs of this session are sized for %.2fx our count",
+                         answered, actual, sent.estimate, sent.limit, ratio)
     except Exception as e:
       self._record_fault(callback_context, e, "after_model")
     return None
@@ -700,6 +712,14 @@ class ContextPackPlugin(BasePlugin):
       self._log_once("guard:" + _shape(guard.problems[0]), logging.WARNING,
                      "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
     estimate = guard.tokens if fallback is None else count_request(new_contents, new_config, counter)
+    over = None
+    if fallback is not None and estimate > pack.manifest["usable"]:
+      # Nothing smaller can be built: fail_loud refuses it, the ladder sends it and says so.
+      over = ContextBudgetExhausted(
+          "the minimal safe pack is over the usable window", needs={"request": estimate},
+          usable=pack.manifest["usable"], window=window)
+      if policy.overflow is OverflowPolicy.FAIL_LOUD:
+        raise over
 
     llm_request.contents = new_contents
     llm_request.config = new_config
@@ -712,7 +732,8 @@ class ContextPackPlugin(BasePlugin):
     _hold_cache_creation(llm_request, payload_at)
     before = getattr(llm_request, "cache_metadata", None)
     cache.add_call(_Sent(ctx.actions, model, estimate, llm_request, payload_at, undo,
-                         cache_before=before.model_copy() if before is not None else None))
+                         cache_before=before.model_copy() if before is not None else None,
+                         limit=pack.manifest["window"] - pack.manifest["reserve"]))
     state[tail_key] = pack.tail_start_id
     self._tail_written[lane] = pack.tail_start_id
     self._tail_written.move_to_end(lane)
@@ -725,7 +746,8 @@ class ContextPackPlugin(BasePlugin):
     runtime = {
         "compile_ms": round((time.perf_counter() - started) * 1000, 3),
         "request_tokens_estimate": estimate,
-        "guard": {"ok": guard.ok, "problems": guard.problems, "fallback": bool(fallback)},
+        "guard": {"ok": guard.ok, "problems": guard.problems, "fallback": bool(fallback),
+                  **({"fallback_tokens": estimate, "fallback_fits": over is None} if fallback else {})},
         "calibration": calibration.snapshot(model),
         "tool_scoping": scoped.describe(),
     }
@@ -751,6 +773,9 @@ class ContextPackPlugin(BasePlugin):
     state[LAST_PACK_KEY] = pointer
     if undo is not None:
       undo.written.update({tail_key: pack.tail_start_id, LAST_PACK_KEY: pointer})
+    if over is not None:
+      self._record_fault(ctx, over, "before_model",
+                         outcome=f"the minimal safe pack was sent, {estimate - over.usable} tokens over the usable window")
 
   def _instruction_item(self, n: int, content: types.Content, placement: Optional[str], counter: TokenCounter,
                         kind: str = "instruction") -> Item:

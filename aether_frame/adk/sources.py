@@ -460,8 +460,16 @@ class EventIndex:
   ``compacted_content`` instead, dated at the end of the range it replaced.
   A rewind event (``Runner.rewind_async``) deletes nothing: ADK drops the
   rewound invocations from later contents, so it counts as a rewrite.
+
+  Loaded events that start at another event (a window that slid) count as a
+  rewrite too, and are indexed from scratch: a worker that skipped turns sees
+  the window moved by several, and the history's ends can repeat ("continue",
+  the same reply) where its middle did not; its index must also be the one a
+  fresh worker builds from the same window (the first event of a repeated
+  content gives the turn its time and id).
   """
 
+  first_id: Optional[str] = None
   last_id: Optional[str] = None
   by_fp: dict[str, EventInfo] = field(default_factory=dict)
   summaries: set[str] = field(default_factory=set)
@@ -472,6 +480,11 @@ class EventIndex:
 
   def update(self, events: Sequence[Any]) -> None:
     start = 0
+    first = (events[0].id or None) if events else None
+    if self.first_id is not None and first != self.first_id:
+      self.last_id, self.by_fp, self.summaries = None, {}, set()
+      self.rewrites += 1
+    self.first_id = first
     if self.last_id is not None:
       for i in range(len(events) - 1, -1, -1):
         if events[i].id == self.last_id:

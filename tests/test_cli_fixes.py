@@ -5,7 +5,6 @@ rails, the LoCoMo benchmark's data errors, the documented exit codes, and diff a
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import pytest
 
 from aether_frame import cli
 from aether_frame.demo import run_demo
+from tests.cli_support import exit_2 as _exit_2, load_benchmark, one_line as _one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "infra" / "apply_bucket_policy.sh"
@@ -36,19 +36,8 @@ def _cli(*args: str, stdout=subprocess.PIPE, **env: str) -> subprocess.Completed
                         stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=300)
 
 
-def _one_line(err: str) -> str:
-  assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-  return err.strip()
 
 
-def _exit_2(capsys, argv: list[str]) -> str:
-  """``cli.main(argv)`` ends in exit status 2 with one line on stderr, returned or raised."""
-  try:
-    code = cli.main(argv)
-  except SystemExit as e:
-    code = e.code
-  assert code == 2, code
-  return _one_line(capsys.readouterr().err)
 
 
 @pytest.fixture(scope="module")
@@ -224,12 +213,6 @@ def test_bucket_script_accepts_a_trailing_slash_and_renders_the_app_prefix(no_re
 
 
 # ------------------------------------------------- 8: LoCoMo data errors
-def _bench():
-  spec = importlib.util.spec_from_file_location("locomo_recall", ROOT / "benchmarks" / "locomo_recall.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules.setdefault("locomo_recall", module)  # dataclasses resolve annotations through it
-  spec.loader.exec_module(module)
-  return module
 
 
 @pytest.mark.parametrize("text, says", [
@@ -239,7 +222,7 @@ def _bench():
 ])
 def test_locomo_benchmark_names_a_bad_data_file(tmp_path, capsys, text, says):
   (tmp_path / "26.json").write_text(text, encoding="utf-8")
-  assert _bench().main(["--data", str(tmp_path), "--conversations", "26", "--no-embedder"]) == 2
+  assert load_benchmark("locomo_recall").main(["--data", str(tmp_path), "--conversations", "26", "--no-embedder"]) == 2
   err = _one_line(capsys.readouterr().err)
   assert str(tmp_path / "26.json") in err and says in err, err
 

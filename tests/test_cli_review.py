@@ -20,6 +20,7 @@ from aether_frame import cli
 from aether_frame.core.manifest import body_of, finalize
 from aether_frame.demo import run_demo
 from tests.fixtures.redis_server import free_port
+from tests.cli_support import exit_2 as _exit_2, one_line as _one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,19 +38,8 @@ def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
                         capture_output=True, text=True, timeout=300)
 
 
-def _one_line(err: str) -> str:
-  assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-  return err.strip()
 
 
-def _exit_2(capsys, argv: list[str]) -> str:
-  """``cli.main(argv)`` ends in exit status 2 with one line on stderr, returned or raised."""
-  try:
-    code = cli.main(argv)
-  except SystemExit as e:
-    code = e.code
-  assert code == 2, code
-  return _one_line(capsys.readouterr().err)
 
 
 @pytest.fixture(scope="module")

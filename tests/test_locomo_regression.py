@@ -7,14 +7,13 @@ default ranker only. The reported value is the one in ``docs/retrieval.md``.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from aether_frame.retrieval import HybridRanker
+from tests.cli_support import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 CONVERSATION = "42"
@@ -23,16 +22,10 @@ REPORTED = 0.881
 MARGIN = 0.02
 
 
-def _bench():
-  spec = importlib.util.spec_from_file_location("locomo_recall", ROOT / "benchmarks" / "locomo_recall.py")
-  module = importlib.util.module_from_spec(spec)
-  sys.modules.setdefault("locomo_recall", module)  # dataclasses resolve annotations through it
-  spec.loader.exec_module(module)
-  return module
 
 
 def test_default_ranker_recall_at_2000_on_conversation_42():
-  bench = _bench()
+  bench = load_benchmark("locomo_recall")
   path = bench.DEFAULT_DATA / f"{CONVERSATION}.json"
   if not path.exists():
     pytest.skip(f"LoCoMo data not found at {path} (expected shared/ beside the repo)")

@@ -34,16 +34,26 @@ def _provider_count(request) -> int:
   return count_request(request.contents, request.config, get_counter("cl100k_base")) + 3
 
 
+async def _chat(window: int, turns: list[str], history: int = 0, reply: str = "ok"):
+  """A session on a fresh plugin: ``history`` CJK turns stored without a model call, then ``turns``."""
+  ag, model = agent(model=OfflineLlm(default=reply))
+  runner = make_runner(ag, [ContextPackPlugin(window=window)])
+  s = await new_session(runner)
+  for i in range(history):  # a migrated history: no model call has been calibrated on it
+    role, author = ("user", "user") if i % 2 == 0 else ("model", ag.name)
+    await runner.session_service.append_event(s, Event(
+        invocation_id=f"old-{i}", author=author, content=types.Content(role=role, parts=[types.Part(text=f"{i}: " + CJK * 5)])))
+  for text in turns:
+    await say(runner, s.id, text)
+  return model, runner, s
+
+
 def test_after_a_language_switch_every_request_fits_the_models_own_count():
   window = 4_000
   reserve = math.ceil(0.10 * window)
 
   async def go():
-    ag, model = agent(model=OfflineLlm(default="ok"))
-    runner = make_runner(ag, [ContextPackPlugin(window=window)])
-    s = await new_session(runner)
-    for t, text in enumerate([EN] * 6 + [HI] * 8):
-      await say(runner, s.id, f"{t}: {text}")
+    model, runner, s = await _chat(window, [f"{t}: {text}" for t, text in enumerate([EN] * 6 + [HI] * 8)])
     counts = [_provider_count(r) for r in model.received]
     assert max(counts[6:]) > 3 * counts[0]  # the Hindi turns do fill the window
     assert [c + reserve for c in counts if c + reserve > window] == []
@@ -61,16 +71,8 @@ def test_a_call_the_model_counted_over_the_window_is_reported_and_the_next_fits(
   reserve = math.ceil(0.10 * window)
 
   async def go():
-    ag, model = agent(model=OfflineLlm(default="好的"))
-    runner = make_runner(ag, [ContextPackPlugin(window=window)])
-    s = await new_session(runner)
-    for i in range(40):  # a migrated history: no model call has been calibrated on it
-      role, author = ("user", "user") if i % 2 == 0 else ("model", ag.name)
-      await runner.session_service.append_event(s, Event(
-          invocation_id=f"old-{i}", author=author, content=types.Content(role=role, parts=[types.Part(text=f"{i}: " + CJK * 5)])))
     with caplog.at_level(logging.WARNING, logger="aether_frame"):
-      await say(runner, s.id, "请总结以上内容。" + CJK * 3)
-      await say(runner, s.id, "继续。" + CJK * 3)
+      model, _, _ = await _chat(window, ["请总结以上内容。" + CJK * 3, "继续。" + CJK * 3], history=40, reply="好的")
     first, second = (_provider_count(r) for r in model.received)
     assert first + reserve > window, "the first call fit: this test checks nothing"
     assert second + reserve <= window

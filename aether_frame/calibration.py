@@ -76,6 +76,8 @@ class Calibrator:
     blends in with weight ``alpha_up`` (1.0: the ratio rises to it at once, as
     an overshoot costs a failed call), one below it with ``alpha`` (0.3: the
     budget grows back over ~5 calls, as an undershoot costs only some room).
+    ``Calibrator(alpha=a, alpha_up=a)`` is the symmetric EWMA of earlier versions
+    (and what their saved settings restore as).
   - ``scale(model, margin)`` = max(ratio, floor) * (1 + margin). The default
     floor is 1.0, so estimates are never shrunk: if our tokenizer over-counts
     (ratio < 1) budgets stay as estimated. Set ``shrink_floor`` < 1 (bounded by
@@ -220,6 +222,8 @@ class Calibrator:
       cal = cls(**settings._settings())
     else:
       kwargs = {name: data[name] for name in _SETTINGS if data.get(name) is not None}
+      if "alpha" in kwargs and "alpha_up" not in kwargs:  # saved before alpha_up: alpha was both ways
+        kwargs["alpha_up"] = kwargs["alpha"]
       try:
         cal = cls(**kwargs)
       except (TypeError, ValueError, OverflowError) as e:

@@ -24,7 +24,7 @@ from google.genai import types
 from aether_frame.adk.manifest_store import MANIFEST_FILENAME, ManifestWriter
 from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.offline_model import OfflineLlm, tool_call
-from tests.adk_support import agent, make_runner, manifests, new_session, say
+from tests.adk_support import USER, agent, make_runner, manifests, new_session, say
 
 LISTING = re.compile(r"You have a list of artifacts:\s*(\[.*?\])", re.S)
 TURNS = ["hello", "save the Q3 report", "what do the artifacts say?", "load all the artifacts"]
@@ -117,13 +117,51 @@ def test_listing_edit_rebuilds_adks_own_text(names, kept):
   from aether_frame.adk import artifact_listing as al
 
   async def go():
-    edit = await al.listing_edit(names, "context_pack/")
+    own = lambda n: n.startswith("context_pack/")  # noqa: E731
+    edit = await al.listing_edit(names, own)
     full, reduced = await al.listing_text(names), await al.listing_text(kept)
     assert edit is not None and reduced is not None
     system = "Be brief.\n\n" + full
     assert edit.system(system) == "Be brief.\n\n" + reduced
     assert edit.system("Be brief.") == "Be brief."  # not there: unchanged
-    assert await al.listing_edit(kept, "context_pack/") is None  # nothing of ours: nothing to do
-    only_ours = await al.listing_edit(["context_pack/manifest.json"], "context_pack/")
+    assert await al.listing_edit(kept, own) is None  # nothing of ours: nothing to do
+    only_ours = await al.listing_edit(["context_pack/manifest.json"], own)
     assert only_ours.system("Be brief.\n\n" + await al.listing_text(["context_pack/manifest.json"])) == "Be brief."
+  asyncio.run(go())
+
+
+class _CountingStore(InMemoryArtifactService):
+  """Counts the session listings (ADK's and the plugin's)."""
+
+  listings: int = 0
+
+  async def list_artifact_keys(self, **kwargs):
+    self.listings += 1
+    return await super().list_artifact_keys(**kwargs)
+
+
+@pytest.mark.parametrize("include_artifacts", [True, False])
+def test_the_plugin_lists_the_session_once_per_call(include_artifacts):
+  async def go():
+    store = _CountingStore()
+    plugins = [ContextPackPlugin(window=32_000, include_artifacts=include_artifacts)]
+    model = OfflineLlm(default=_reply)
+    runner = make_runner(agent(model=model, tools=[save_report, load_artifacts_tool])[0], plugins, artifact_service=store)
+    s = await new_session(runner)
+    for text in TURNS:
+      await say(runner, s.id, text)
+    calls = len(model.received)
+    assert store.listings == 2 * calls  # load_artifacts' own listing, then ours (was 3 per call)
+  asyncio.run(go())
+
+
+def test_manifests_under_a_file_name_of_ones_own_are_hidden_too():
+  async def go():
+    model, plugin, runner, s = await _run(ManifestWriter("audit/manifest.json"))
+    names = await runner.artifact_service.list_artifact_keys(app_name=runner.app_name, user_id=USER, session_id=s.id)
+    assert "audit/manifest.json" in names and plugin.faults == 0
+    for request in model.received:
+      text = _all_text(request)
+      assert "audit/manifest.json" not in text
+    assert json.loads(LISTING.search(_all_text(model.received[-1])).group(1)) == ["report.txt"]
   asyncio.run(go())

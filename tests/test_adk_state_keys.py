@@ -18,7 +18,7 @@ from google.adk.artifacts import FileArtifactService
 from pydantic import ValidationError
 
 from aether_frame.adk.plugin import ContextPackPlugin, context_pack_callbacks
-from aether_frame.adk.state_schema import LAST_FAULT_KEY, LAST_PACK_KEY, StateKeys, read_state
+from aether_frame.adk.state_schema import LAST_FAULT_KEY, LAST_PACK_KEY, StateKeys, read_state, unread_keys
 from aether_frame.audit.replay import replay
 from aether_frame.audit.source import open_location
 from aether_frame.offline_model import OfflineLlm
@@ -138,7 +138,10 @@ def test_read_state_reports_and_keeps_what_fits():
   assert got.rejected["state['tools']"].startswith("1: Input should be a valid string")
   fine = read_state({"p": PLAN, "plan": "ignored"}, StateKeys(plan="p"))
   assert fine.plan is not None and fine.plan.goal == "Summarise Q3 sales" and fine.rejected == {}
-  assert read_state({"knowledge": [], "tools": None}).rejected == {}
+  for cleared in ([], (), {}, "", None, 0, False):  # a key cleared the only way ADK allows: no knowledge, no problem
+    assert read_state({"knowledge": cleared}).rejected == {}
+  assert read_state({"tools": None}).rejected == {}
+  assert unread_keys({"knowledge": ({"uri": "u", "summary": "s", "titel": "x"},)}) == {"knowledge": ["titel"]}
 
 
 @pytest.mark.parametrize("keys, needle", [

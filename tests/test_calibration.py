@@ -44,6 +44,9 @@ def test_a_larger_count_is_taken_at_once_a_smaller_one_slowly():
   assert cal.observe("m", 1000, 1800) == pytest.approx(1.8)
   with pytest.raises(ValueError, match="alpha_up"):
     Calibrator(alpha_up=0)
+  # Settings saved before alpha_up existed restore the symmetric rule they ran with.
+  old = Calibrator.from_dict({"version": 1, "alpha": 0.1, "models": {"m": {"ratio": 1.0, "samples": 3}}})
+  assert old.alpha_up == 0.1 and old.observe("m", 1000, 2000) == pytest.approx(1.1)
 
 
 def test_samples_and_ratio_are_clamped():

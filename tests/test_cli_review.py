@@ -170,5 +170,5 @@ def test_flush_refuses_a_file_as_spool_and_a_timeout_that_cannot_wait(tmp_path, 
   spool_file = tmp_path / "spool.json"
   spool_file.write_text("{}")
   assert str(spool_file) in _exit_2(capsys, ["flush", "--spool", str(spool_file)])
-  for timeout in ("0", "-1"):
+  for timeout in ("0", "-1", "inf", "nan"):
     assert "--timeout" in _exit_2(capsys, ["flush", "--spool", str(tmp_path / "spool"), "--timeout", timeout])

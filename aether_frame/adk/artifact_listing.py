@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from google.genai import types
 
@@ -96,9 +96,9 @@ class ListingEdit:
     return self.full.replace(self._listed, "[]", 1)
 
 
-async def listing_edit(names: Sequence[str], own_prefix: str) -> Optional[ListingEdit]:
-  """How to take the names starting with ``own_prefix`` out of ADK's listing of ``names`` (None: none to take)."""
-  kept = [n for n in names if not n.startswith(own_prefix)]
+async def listing_edit(names: Sequence[str], is_own: Callable[[str], bool]) -> Optional[ListingEdit]:
+  """How to take the names ``is_own`` picks out of ADK's listing of ``names`` (None: none to take)."""
+  kept = [n for n in names if not is_own(n)]
   if len(kept) == len(names):
     return None
   full = await listing_text(names)

@@ -56,7 +56,7 @@ from ..core.windows import ModelWindows, UnknownModelWindow
 from ..tokenizers import get_counter
 from . import artifact_listing, preload_memory, sources
 from .guard import check_request, count_request, pending_calls
-from .manifest_store import MANIFEST_FILENAME, ManifestWriter
+from .manifest_store import ManifestWriter
 from .state_schema import (
     CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, TAIL_KEY_PREFIX, KnowledgeItem, PlanState, StateKeys,
     read_state, unread_keys,
@@ -335,14 +335,15 @@ class ContextPackPlugin(BasePlugin):
         # The session's own calibration drives its budgets, so any worker that
         # picks the session up compiles the same pack.
         session_cal = self._session_calibration(callback_context.state)
-        ratio = session_cal.observe(answered, sent.estimate, actual)
+        session_cal.observe(answered, sent.estimate, actual)
         callback_context.state[CALIBRATION_KEY] = session_cal.to_dict(settings=False)
         if sent.limit is not None and isinstance(actual, int) and actual > sent.limit:
           # Calibration learns from this; the call itself already went out too large.
           self._log_once(f"over-window:{answered}", logging.WARNING,
                          "model %s counted %d prompt tokens for a pack of %d by our count, over the window minus "
                          "the output reserve (%d); later packs of this session are sized for %.2fx our count",
-                         answered, actual, sent.estimate, sent.limit, ratio)
+                         answered, actual, sent.estimate, sent.limit,
+                         session_cal.scale(answered, self._policy_for(callback_context.agent_name).calibration_margin))
     except Exception as e:
       self._record_fault(callback_context, e, "after_model")
     return None
@@ -609,7 +610,11 @@ class ContextPackPlugin(BasePlugin):
     other_parts = [sources.part_dict(p) for p, s in zip(user.parts or (), said) if not s]
     items: list[Item] = []
     sys_text = sources.system_text(llm_request.config)
-    listing = await self._listing_edit(ctx, cache, llm_request)
+    # Listed once for both uses: the artifact pointers and load_artifacts' listing.
+    has_store = ctx.get_invocation_context().artifact_service is not None
+    lists_artifacts = has_store and artifact_listing.uses_load_artifacts(llm_request)
+    names = await self._artifact_names(ctx, cache) if has_store and (self.include_artifacts or lists_artifacts) else []
+    listing = await self._listing_edit(names) if lists_artifacts else None
     if listing is not None:  # load_artifacts lists our manifests as the user's artifacts
       sys_text = listing.system(sys_text)
       for i in sorted(instructions):
@@ -632,9 +637,9 @@ class ContextPackPlugin(BasePlugin):
     items.extend(sources.tool_items(scoped.declarations))
     evidence = sources.knowledge_items(knowledge)
     items.extend(evidence)
-    if self.include_artifacts and ctx.get_invocation_context().artifact_service is not None:
-      keys = sorted(k for k in await self._artifact_names(ctx, cache) if not k.startswith(_OWN_ARTIFACT_PREFIX))
-      items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, {MANIFEST_FILENAME}))
+    if self.include_artifacts and has_store:
+      keys = [k for k in names if not self._is_own_artifact(k)]
+      items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, set()))
     memories, memory_hits = None, []
     if ctx.get_invocation_context().memory_service is not None and user_text.strip():
       found = await ctx.search_memory(user_text)
@@ -808,13 +813,15 @@ class ContextPackPlugin(BasePlugin):
     cache.artifact_names = list(keys)
     return cache.artifact_names
 
-  async def _listing_edit(self, ctx, cache: _SessionCache, llm_request) -> Optional[artifact_listing.ListingEdit]:
-    """How to take the manifests out of ``load_artifacts``' listing, when the request has one."""
-    if not artifact_listing.uses_load_artifacts(llm_request) or ctx.get_invocation_context().artifact_service is None:
-      return None
-    names = tuple(await self._artifact_names(ctx, cache))
+  def _is_own_artifact(self, name: str) -> bool:
+    """A manifest of ours (under the writer's own file name too), not the user's artifact."""
+    return name.startswith(_OWN_ARTIFACT_PREFIX) or name == self.manifests.filename
+
+  async def _listing_edit(self, listed: Sequence[str]) -> Optional[artifact_listing.ListingEdit]:
+    """How to take the manifests out of ``load_artifacts``' listing of ``listed``."""
+    names = tuple(listed)
     if names not in self._listings:
-      self._listings[names] = await artifact_listing.listing_edit(names, _OWN_ARTIFACT_PREFIX)
+      self._listings[names] = await artifact_listing.listing_edit(names, self._is_own_artifact)
       while len(self._listings) > 64:
         self._listings.popitem(last=False)
     return self._listings[names]

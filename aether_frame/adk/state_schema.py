@@ -101,7 +101,7 @@ def unread_keys(state: Any, keys: StateKeys = StateKeys()) -> dict[str, list[str
     if extra:
       out[keys.plan] = extra
   knowledge = state.get(keys.knowledge)
-  if isinstance(knowledge, list):
+  if isinstance(knowledge, (list, tuple)):
     extra = sorted({str(k) for entry in knowledge if isinstance(entry, dict)
                     for k in entry if k not in KnowledgeItem.model_fields})
     if extra:
@@ -137,7 +137,7 @@ def read_state(state: Mapping[str, Any], keys: StateKeys = StateKeys()) -> State
     except ValidationError as e:
       out.rejected[f"state[{keys.plan!r}]"] = _reason(e, plan)
   knowledge = state.get(keys.knowledge)
-  if knowledge is not None and knowledge != []:
+  if knowledge:  # None, [], {} or "": no knowledge (ADK cannot delete a key, so a cleared one is empty)
     if not isinstance(knowledge, (list, tuple)):
       out.rejected[f"state[{keys.knowledge!r}]"] = f"expected a list of knowledge items, got {type(knowledge).__name__}"
     else:

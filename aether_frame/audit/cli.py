@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import re
 import sys
@@ -402,8 +403,8 @@ def _service_for(store: str):
 async def _flush_async(args) -> int:
   from ..adk.manifest_store import ManifestWriter, store_uri
   from .spool import Spool, default_spool_dir
-  if args.timeout <= 0:
-    raise ValueError(f"--timeout must be positive, got {args.timeout}")
+  if not math.isfinite(args.timeout) or args.timeout <= 0:
+    raise ValueError(f"--timeout must be a positive number of seconds, got {args.timeout}")
   spool = Spool(args.spool or default_spool_dir())
   if spool.root.exists() and not spool.root.is_dir():
     raise ValueError(f"--spool {spool.root}: not a folder")

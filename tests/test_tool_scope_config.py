@@ -109,12 +109,70 @@ def test_mask_with_empty_intersection_leaves_the_callers_restriction():
   assert scoped.describe()["skipped"] and scoped.describe()["allowed"] is None
 
 
-def test_mask_with_no_step_tool_present_sends_no_empty_allow_list():
-  req = _request(["a", "b"])
-  scoped, config = _mask(req, ["zzz"])
-  assert config.tool_config is None
-  d = scoped.describe()
-  assert d["skipped"] and d["allowed"] is None and d["unknown"] == ["zzz"]
+def test_mask_with_no_step_tool_present_turns_calling_off_and_sends_no_empty_allow_list():
+  """The step allows nothing declared: mode NONE, as hard mode removes every declaration (it used
+  to send no tool_config at all, and the model called any tool)."""
+  for step in (["zzz"], []):
+    req = _request(["a", "b"])
+    scoped, config = _mask(req, step)
+    assert _fcc(config) == types.FunctionCallingConfig(mode=Mode.NONE)
+    d = scoped.describe()
+    assert d["calling_off"] is True and d["allowed"] == [] and d["skipped"] is None and d["unknown"] == step
+
+
+def test_mask_keeps_a_forced_call_when_the_step_allows_nothing():
+  original = types.FunctionCallingConfig(mode=Mode.ANY)
+  req = _request(["a", "b"], original)
+  scoped, config = _mask(req, [])
+  assert _fcc(config) == original and scoped.describe()["skipped"] and scoped.describe()["allowed"] is None
+
+
+def test_mask_narrows_validated_names_to_none_when_none_is_in_the_step():
+  req = _request(["lookup", "save"], types.FunctionCallingConfig(mode=Mode.VALIDATED, allowed_function_names=["save"]))
+  scoped, config = _mask(req, ["lookup"])
+  assert _fcc(config) == types.FunctionCallingConfig(mode=Mode.NONE)  # not VALIDATED over "lookup": never widened
+
+
+# ---------------------------------------------------------------- hard mode: the calling config follows the declarations
+def _hard(req: LlmRequest, step_tools):
+  scoped = scope_tools(req, step_tools, ToolScoping.HARD)
+  config = scoped.apply_config(req.config.model_copy(deep=False))
+  return scoped, config
+
+
+def _declared(config) -> list[str]:
+  return [d.name for t in config.tools or () for d in t.function_declarations or ()]
+
+
+def test_hard_cuts_the_callers_allowed_names_to_the_kept_declarations():
+  req = _request(["lookup", "search", "save"],
+                 types.FunctionCallingConfig(mode=Mode.ANY, allowed_function_names=["save", "search"]))
+  _, config = _hard(req, ["lookup", "search"])
+  assert _declared(config) == ["lookup", "search"]
+  assert _fcc(config) == types.FunctionCallingConfig(mode=Mode.ANY, allowed_function_names=["search"])
+
+
+def test_hard_keeps_a_forced_call_the_step_leaves_nothing_for():
+  """ADK's ForceEscalationPlugin forces ANY with [model_consult]: removing that tool would leave a
+  request naming a function it does not declare (a 400), and the forced consult lost."""
+  forced = types.FunctionCallingConfig(mode=Mode.ANY, allowed_function_names=["model_consult"])
+  for fcc, step in ((forced, ["lookup"]), (types.FunctionCallingConfig(mode=Mode.ANY), [])):
+    req = _request(["lookup", "model_consult"], fcc)
+    scoped, config = _hard(req, step)
+    assert _declared(config) == ["lookup", "model_consult"] and _fcc(config) == fcc
+    assert scoped.describe()["skipped"] and scoped.describe()["removed"] == []
+    assert [d.name for d in scoped.declarations] == ["lookup", "model_consult"]  # what the TOOLS layer costs
+
+
+def test_hard_sends_no_calling_config_without_declarations_and_none_when_no_allowed_name_is_kept():
+  for fcc in (types.FunctionCallingConfig(mode=Mode.AUTO), types.FunctionCallingConfig(mode=Mode.VALIDATED),
+              types.FunctionCallingConfig(mode=Mode.NONE)):
+    scoped, config = _hard(_request(["lookup", "save"], fcc), [])
+    assert _declared(config) == [] and config.tool_config is None, fcc
+    assert scoped.describe()["calling_off"] is True
+  req = _request(["lookup", "save"], types.FunctionCallingConfig(mode=Mode.VALIDATED, allowed_function_names=["save"]))
+  scoped, config = _hard(req, ["lookup"])
+  assert _declared(config) == ["lookup"] and _fcc(config) == types.FunctionCallingConfig(mode=Mode.NONE)
 
 
 def test_mask_preserves_the_rest_of_the_tool_config_and_does_not_mutate_the_input():
@@ -165,3 +223,17 @@ def test_hard_keeps_a_mixed_tools_builtin_fields_when_its_declarations_go():
   assert tools[0].code_execution == types.ToolCodeExecution() and not tools[0].function_declarations
   assert [d.name for d in tools[1].function_declarations] == ["keep"]
   assert scoped.removed == ["gone", "old", "old2"]
+
+
+def test_a_name_declared_twice_is_charged_twice_and_allowed_once():
+  """Two toolsets exposing ``lookup``: ADK sends both declarations; the TOOLS layer used to
+  keep one (the same item id) and mask sent ``['lookup', 'lookup']``."""
+  from aether_frame.adk.sources import tool_items
+
+  items = tool_items([_decl("lookup"), _decl("lookup"), _decl("save")])
+  assert [i.id for i in items] == ["tool:lookup", "tool:lookup#2", "tool:save"]
+  assert items[0].text == items[1].text and all(i.meta["name"] for i in items)
+  req = _request(["lookup", "save"])
+  req.config.tools.append(types.Tool(function_declarations=[_decl("lookup")]))
+  _, config = _mask(req, ["lookup"])
+  assert _fcc(config).allowed_function_names == ["lookup"]

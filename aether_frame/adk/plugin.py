@@ -49,7 +49,7 @@ from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompilerSession
 from ..core.costing import GEMINI_2_MEDIA, MediaCounter, TokenCounter, media_rules_for_model
 from ..core.items import PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
-from ..core.policy import OverflowPolicy, PackPolicy
+from ..core.policy import OverflowPolicy, PackPolicy, ToolScoping
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows, UnknownModelWindow
@@ -61,7 +61,7 @@ from .state_schema import (
     CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, TAIL_KEY_PREFIX, KnowledgeItem, PlanState, StateKeys,
     read_state, unread_keys,
 )
-from .tool_scope import scope_tools
+from .tool_scope import is_protected, scope_tools, skill_provided_names
 
 try:  # ADK types are only needed at runtime for isinstance-free duck typing.
   from google.adk.plugins.base_plugin import BasePlugin
@@ -262,6 +262,8 @@ class ContextPackPlugin(BasePlugin):
     """(app, user, session, agent) -> the tail hint this process last wrote to state."""
     self._fault_injector = _fault_injector
     self._listings: OrderedDict[tuple, Optional[artifact_listing.ListingEdit]] = OrderedDict()
+    self._allowed: OrderedDict[tuple, tuple[str, frozenset]] = OrderedDict()
+    """Compiler key -> (invocation id, functions its last masked call allows)."""
 
   def _default_index_factory(self) -> HistoryIndex:
     make = getattr(self.ranker, "new_history_index", None)
@@ -347,6 +349,37 @@ class ContextPackPlugin(BasePlugin):
     except Exception as e:
       self._record_fault(callback_context, e, "after_model")
     return None
+
+  async def before_tool_callback(self, *, tool, tool_args, tool_context):
+    """Mask scoping, enforced where the model's adapter does not send it.
+
+    Gemini applies ``allowed_function_names``; ADK's OpenAI, LiteLLM and
+    Anthropic adapters drop it, so a masked tool the model calls anyway is
+    answered with an error here instead of being run.
+    """
+    try:
+      key = self._key(tool_context)
+      held = self._allowed.get(key)
+      if held is None or held[0] != tool_context.invocation_id:
+        return None
+      name = getattr(tool, "name", None)
+      if name in held[1] or is_protected(name or "", tool):
+        return None
+      return {"error": f"tool {name!r} is not available in this step; the step allows: {sorted(held[1]) or 'none'}"}
+    except Exception as e:  # fail-open: the tool runs as it would without the plugin
+      self._record_fault(tool_context, e, "before_tool", outcome="tool call not checked against the step's tools")
+      return None
+
+  def _note_allowed(self, ctx, scoped) -> None:
+    """The functions this call's mask allows, for ``before_tool_callback`` (None: no mask in force)."""
+    key = self._key(ctx)
+    if scoped.mode is ToolScoping.MASK and scoped.allowed is not None:
+      self._allowed[key] = (ctx.invocation_id, frozenset(scoped.allowed))
+      self._allowed.move_to_end(key)
+      while len(self._allowed) > _MAX_SESSIONS:
+        self._allowed.popitem(last=False)
+    else:
+      self._allowed.pop(key, None)
 
   async def on_event_callback(self, *, invocation_context, event):
     """Takes back what a pack wrote to state when its request was never sent.
@@ -633,7 +666,8 @@ class ContextPackPlugin(BasePlugin):
         id="task:user_request", layer=Layer.TASK, kind="user_request", text=user_text, trust=Trust.USER,
         pinned=True, parts=other_parts or None,
     ))
-    scoped = scope_tools(llm_request, step_tools, policy.tool_scoping)
+    scoped = scope_tools(llm_request, step_tools, policy.tool_scoping,
+                         skill_provided_names(ctx.get_invocation_context().agent) if step_tools is not None else frozenset())
     items.extend(sources.tool_items(scoped.declarations))
     evidence = sources.knowledge_items(knowledge)
     items.extend(evidence)
@@ -729,6 +763,7 @@ class ContextPackPlugin(BasePlugin):
     llm_request.contents = new_contents
     llm_request.config = new_config
     scoped.apply_tools_dict(llm_request)
+    self._note_allowed(ctx, scoped)
     calls = _llm_calls(ctx)
     undo = None if calls is None else _Undo(
         calls, lane, cache.tail_hint, prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY)})

@@ -373,14 +373,17 @@ def artifact_items(keys: Sequence[str], known_uris: set[str], skip: set[str]) ->
 
 
 def tool_items(declarations: Sequence[types.FunctionDeclaration]) -> list[Item]:
-  return [
-      Item(
-          id=f"tool:{d.name}", layer=Layer.TOOLS, kind="tool",
-          text=canonical_json(d.model_dump(mode="json", exclude_none=True)),
-          trust=Trust.DEVELOPER, pinned=True, meta={"name": d.name},
-      )
-      for d in declarations
-  ]
+  """One item per declaration sent; a name declared twice (two toolsets) is charged twice (``tool:x#2``)."""
+  seen: dict[str, int] = {}
+  out = []
+  for d in declarations:
+    n = seen[d.name] = seen.get(d.name, 0) + 1
+    out.append(Item(
+        id=f"tool:{d.name}" if n == 1 else f"tool:{d.name}#{n}", layer=Layer.TOOLS, kind="tool",
+        text=canonical_json(d.model_dump(mode="json", exclude_none=True)),
+        trust=Trust.DEVELOPER, pinned=True, meta={"name": d.name},
+    ))
+  return out
 
 
 def system_text(config: types.GenerateContentConfig) -> str:

@@ -7,7 +7,10 @@ restricts ``allowed_function_names`` instead. Framework tools are never
 removed: agent transfer, sub-agent delegation, structured output, task
 completion, loop exit and skills.
 Scoping only narrows what the caller's ``tool_config`` already allows; it
-never re-enables or widens tool calling.
+never re-enables or widens tool calling, and never leaves a ``tool_config``
+naming functions the request no longer declares. A step that allows no
+function turns calling off (mode ``NONE``, or no declarations in hard mode),
+unless the caller forces a call (``ANY``): a forced call outranks the step.
 """
 
 from __future__ import annotations
@@ -32,6 +35,31 @@ except ImportError:  # pragma: no cover - an ADK without agent modes
   _DELEGATION_TOOLS = ()
 
 
+try:  # the toolset whose skills may bring tools of their own (``adk_additional_tools``)
+  from google.adk.tools.skill_toolset import SkillToolset as _SkillToolset
+except ImportError:  # pragma: no cover - an ADK without skills
+  _SkillToolset = None
+
+
+def skill_provided_names(agent: Any) -> frozenset[str]:
+  """Names of the tools the agent's ``SkillToolset``s hand to a skill once it is loaded.
+
+  A loaded skill's instructions say to use them; scoping them out would make
+  loading the skill pointless. Tools a skill draws from a provided *toolset*
+  are not known without listing that toolset (an MCP server, say), so they are
+  scoped like any other.
+  """
+  if _SkillToolset is None:
+    return frozenset()
+  names: set[str] = set()
+  for tool in getattr(agent, "tools", None) or ():
+    if isinstance(tool, _SkillToolset):
+      provided = getattr(tool, "_provided_tools_by_name", None)
+      if isinstance(provided, dict):
+        names.update(str(n) for n in provided)
+  return frozenset(names)
+
+
 def is_protected(name: str, tool: Any = None) -> bool:
   if name in PROTECTED_TOOLS or name.endswith(SKILL_TOOL_SUFFIXES):
     return True
@@ -47,7 +75,9 @@ class ScopedTools:
   removed: list[str] = field(default_factory=list)
   unknown: list[str] = field(default_factory=list)
   skipped: Optional[str] = None
-  """Why mask scoping left ``tool_config`` as the caller set it, if it did."""
+  """Why scoping left the request as the caller set it, if it did."""
+  calling_off: bool = False
+  """The step allows no function: mask sends mode NONE, hard drops the calling config."""
 
   def apply_config(self, config: types.GenerateContentConfig) -> types.GenerateContentConfig:
     """Scopes ``config`` to the step; mask mode also settles ``allowed``/``skipped``.
@@ -59,13 +89,15 @@ class ScopedTools:
     widens it: ``NONE`` stays off; ``ANY`` and ``VALIDATED`` keep their mode;
     caller ``allowed_function_names`` are intersected (a protected tool the
     caller left out is not added back); only an unset, ``AUTO`` or
-    ``MODE_UNSPECIFIED`` mode becomes ``VALIDATED``. An empty result is never
-    sent, since an empty allow-list reads as "any function" (or is rejected):
-    the config is left unchanged, ``allowed`` becomes ``None`` and ``skipped``
-    says why, for the manifest.
+    ``MODE_UNSPECIFIED`` mode becomes ``VALIDATED``. An empty allow-list is
+    never sent, since it reads as "any function" (or is rejected): a step that
+    allows no declared function sends mode ``NONE`` (``calling_off``), except
+    under the caller's ``ANY``, which forces a call: that config is left as it
+    is, ``allowed`` becomes ``None`` and ``skipped`` says why, for the manifest.
     """
     if self.mode is ToolScoping.HARD and self.removed:
       keep = {d.name for d in self.declarations}
+      self._narrow_hard(config, keep)
       tools = []
       for tool in config.tools or ():
         if isinstance(tool, types.Tool) and tool.function_declarations:
@@ -81,6 +113,31 @@ class ScopedTools:
       self._mask(config)
     return config
 
+  def _narrow_hard(self, config: types.GenerateContentConfig, keep: set[str]) -> None:
+    """The caller's calling config, for the declarations hard mode keeps (``scope_tools``
+    already refused a scoping that would leave a forced call nothing to call).
+
+    No declaration left: no calling config (one without declarations is refused).
+    The caller's allowed names are cut to the kept ones; none left: mode NONE.
+    """
+    modes = types.FunctionCallingConfigMode
+    self.calling_off = not keep
+    fcc = config.tool_config.function_calling_config if config.tool_config else None
+    if fcc is None:
+      return
+    if not keep:
+      narrowed = None
+    elif fcc.mode is modes.NONE or not fcc.allowed_function_names:
+      return
+    else:
+      names = [n for n in fcc.allowed_function_names if n in keep]
+      self.calling_off = not names
+      narrowed = fcc.model_copy(update={"allowed_function_names": names} if names
+                                else {"mode": modes.NONE, "allowed_function_names": None})
+    tc = config.tool_config.model_copy(deep=True)
+    tc.function_calling_config = narrowed
+    config.tool_config = tc if tc.model_dump(exclude_none=True) else None
+
   def _mask(self, config: types.GenerateContentConfig) -> None:
     modes = types.FunctionCallingConfigMode
     fcc = config.tool_config.function_calling_config if config.tool_config else None
@@ -92,15 +149,16 @@ class ScopedTools:
     if fcc and fcc.allowed_function_names:
       caller = set(fcc.allowed_function_names)
       names = [n for n in names if n in caller]
-      if not names:
-        self._skip(f"no step tool is in the caller's allowed_function_names {sorted(caller)}")
+    if not names:
+      if mode is modes.ANY:  # an empty allow-list would read as "any function"
+        self._skip("the step allows no declared function, and the caller's mode ANY forces a call")
         return
-    elif not names:
-      self._skip("no step tool or framework tool is declared")
-      return
-    if mode not in (modes.ANY, modes.VALIDATED):
-      mode = modes.VALIDATED
-    update = {"mode": mode, "allowed_function_names": names}
+      update: dict[str, Any] = {"mode": modes.NONE, "allowed_function_names": None}
+      self.calling_off = True
+    else:
+      if mode not in (modes.ANY, modes.VALIDATED):
+        mode = modes.VALIDATED
+      update = {"mode": mode, "allowed_function_names": names}
     tc = config.tool_config.model_copy(deep=True) if config.tool_config else types.ToolConfig()
     tc.function_calling_config = fcc.model_copy(update=update) if fcc else types.FunctionCallingConfig(**update)
     config.tool_config = tc
@@ -116,8 +174,16 @@ class ScopedTools:
   def describe(self) -> dict[str, Any]:
     return {
         "mode": self.mode.value, "allowed": self.allowed, "removed": self.removed, "unknown": self.unknown,
-        "skipped": self.skipped,
+        "skipped": self.skipped, **({"calling_off": True} if self.calling_off else {}),
     }
+
+
+def _forced_names(config: types.GenerateContentConfig) -> Optional[frozenset[str]]:
+  """The functions a caller's mode ANY forces a call among (empty: any function), or None when no call is forced."""
+  fcc = config.tool_config.function_calling_config if config and config.tool_config else None
+  if fcc is None or fcc.mode is not types.FunctionCallingConfigMode.ANY:
+    return None
+  return frozenset(fcc.allowed_function_names or ())
 
 
 def _declarations(config: types.GenerateContentConfig) -> list[types.FunctionDeclaration]:
@@ -127,15 +193,23 @@ def _declarations(config: types.GenerateContentConfig) -> list[types.FunctionDec
   ]
 
 
-def scope_tools(llm_request, step_tools: Optional[Sequence[str]], mode: ToolScoping) -> ScopedTools:
+def scope_tools(llm_request, step_tools: Optional[Sequence[str]], mode: ToolScoping,
+                also_protected: frozenset[str] = frozenset()) -> ScopedTools:
   decls = _declarations(llm_request.config)
   if mode is ToolScoping.OFF or step_tools is None:
     return ScopedTools(mode=ToolScoping.OFF if step_tools is None else mode, declarations=decls)
   wanted = set(step_tools)
   present = {d.name for d in decls}
-  keep = [d for d in decls if d.name in wanted or is_protected(d.name, llm_request.tools_dict.get(d.name))]
+  keep = [d for d in decls
+          if d.name in wanted or d.name in also_protected or is_protected(d.name, llm_request.tools_dict.get(d.name))]
   removed = sorted(present - {d.name for d in keep})
   unknown = sorted(wanted - present)
   if mode is ToolScoping.HARD:
+    forced = _forced_names(llm_request.config)
+    callable_after = {d.name for d in keep} & forced if forced else {d.name for d in keep}
+    if forced is not None and not callable_after:  # a forced call outranks the step
+      why = (f"no kept tool is in the caller's allowed_function_names {sorted(forced)} (mode ANY)" if forced
+             else "the step keeps no function, and the caller's mode ANY forces a call")
+      return ScopedTools(mode=mode, declarations=decls, unknown=unknown, skipped=why)
     return ScopedTools(mode=mode, declarations=keep, removed=removed, unknown=unknown)
-  return ScopedTools(mode=mode, declarations=decls, allowed=sorted(d.name for d in keep), unknown=unknown)
+  return ScopedTools(mode=mode, declarations=decls, allowed=sorted({d.name for d in keep}), unknown=unknown)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+import json
 import itertools
 import math
 
@@ -80,6 +81,9 @@ def check_index(url: str, prefix: str = "aether", app=APP, user=USER):
   terms = r.hgetall(f"{base}:terms")
   stats = r.hgetall(f"{base}:stats")
   assert set(docs) == set(lens) == set(terms)
+  for memory_id, listed in r.hgetall(f"{base}:alias").items():  # other sessions' events under one id
+    for key in json.loads(listed):
+      assert key.encode().startswith(memory_id + b"\x1f") and key.encode() in docs
   assert int(stats.get(b"n", 0)) == len(docs)
   assert int(stats.get(b"len", 0)) == sum(lens.values())
   postings = {}

@@ -11,7 +11,14 @@ Index keys (KEYS order shared by the scripts):
   terms   hash  memory id -> space-separated encoded terms (to unindex)
   stats   hash  n = document count, len = total document length
   deleted set   stored ids deleted by delete_memory; event ingestion skips them
+  alias   hash  memory id -> JSON list of the other keys its id is stored under
   t:<term> hash memory id -> term frequency (the posting list)
+
+A memory is stored under its id, except an event whose id is already stored
+for another session (ids are unique per session only: ADK's own stores key
+events by session too): that one is stored under ``<id> US <session id>``
+(US = the unit separator, byte 31) and listed in ``alias``, so neither
+session's memory overwrites the other's, and delete_memory finds both.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 from ._lua_common import LUA_GUARDS
 
 _COMMON = LUA_GUARDS + r"""
+local UNKNOWN_SESSION = '__unknown_session_id__'
 
 local function stat(name)
   local v = redis.call('HGET', KEYS[5], name)
@@ -72,17 +80,37 @@ local function check_index_types()
   expect(KEYS[4], 'hash')
   expect(KEYS[5], 'hash')
   expect(KEYS[6], 'set')
+  expect(KEYS[7], 'hash')
   stat('n')
   stat('len')
+end
+
+-- The keys id is stored under besides itself (alias), as a Lua list.
+local function aliases(id)
+  local raw = redis.call('HGET', KEYS[7], id)
+  if not raw then return {} end
+  local ok, list = pcall(cjson.decode, raw)
+  if not ok or type(list) ~= 'table' then corrupt(KEYS[7], 'field ' .. id .. ' is not a JSON list') end
+  return list
+end
+
+-- The session a stored document came from ('' when unknown or unreadable).
+local function stored_session(json)
+  local ok, doc = pcall(cjson.decode, json)
+  if not ok or type(doc) ~= 'table' or type(doc.custom_metadata) ~= 'table' then return '' end
+  local sid = doc.custom_metadata.session_id
+  if type(sid) ~= 'string' or sid == UNKNOWN_SESSION then return '' end
+  return sid
 end
 """
 
 ADD = "#!lua\n" + _COMMON + r"""
--- KEYS: docs, lens, ts, terms, stats, deleted, posting keys...
+-- KEYS: docs, lens, ts, terms, stats, deleted, alias, posting keys...
 -- ARGV: mode ('events' skips deleted ids), T, T term names, ndocs, then per
---       document: id, json, ts, dl, terms string, nt, (term index, tf) * nt
+--       document: id, session id ('' unknown), json, ts, dl, terms string, nt,
+--       (term index, tf) * nt
 check_index_types()
-local map, pos = term_keys(7)
+local map, pos = term_keys(8)
 local mode = ARGV[1]
 local names = {}
 for i = 1, tonumber(ARGV[2]) do names[i] = ARGV[2 + i] end
@@ -90,10 +118,10 @@ local ndocs = tonumber(ARGV[pos])
 pos = pos + 1
 local docs = {}
 for d = 1, ndocs do
-  local doc = {id = ARGV[pos], json = ARGV[pos + 1], ts = ARGV[pos + 2],
-               dl = tonumber(ARGV[pos + 3]), terms = ARGV[pos + 4], post = {}}
-  local nt = tonumber(ARGV[pos + 5])
-  pos = pos + 6
+  local doc = {id = ARGV[pos], sid = ARGV[pos + 1], json = ARGV[pos + 2], ts = ARGV[pos + 3],
+               dl = tonumber(ARGV[pos + 4]), terms = ARGV[pos + 5], post = {}}
+  local nt = tonumber(ARGV[pos + 6])
+  pos = pos + 7
   for i = 1, nt do
     doc.post[#doc.post + 1] = {names[tonumber(ARGV[pos])], ARGV[pos + 1]}
     pos = pos + 2
@@ -105,13 +133,21 @@ end
 local todo, missing = {}, {}
 for _, doc in ipairs(docs) do
   local skip = false
+  doc.key = doc.id
+  if mode == 'events' and doc.sid ~= '' then
+    local stored = redis.call('HGET', KEYS[1], doc.id)
+    if stored then
+      local other = stored_session(stored)
+      if other ~= '' and other ~= doc.sid then doc.key = doc.id .. '\31' .. doc.sid end
+    end
+  end
   if mode == 'events' and redis.call('SISMEMBER', KEYS[6], doc.id) == 1 then
     skip = true
-  elseif redis.call('HGET', KEYS[1], doc.id) == doc.json then
+  elseif redis.call('HGET', KEYS[1], doc.key) == doc.json then
     skip = true
   end
   if not skip then
-    missing_terms(doc.id, map, missing)
+    missing_terms(doc.key, map, missing)
     todo[#todo + 1] = doc
   end
 end
@@ -121,14 +157,22 @@ if #missing > 0 then
 end
 
 for _, doc in ipairs(todo) do
-  unindex(doc.id, map)
+  unindex(doc.key, map)
   if mode ~= 'events' then redis.call('SREM', KEYS[6], doc.id) end
-  redis.call('HSET', KEYS[1], doc.id, doc.json)
-  redis.call('HSET', KEYS[2], doc.id, doc.dl)
-  redis.call('HSET', KEYS[3], doc.id, doc.ts)
-  redis.call('HSET', KEYS[4], doc.id, doc.terms)
+  if doc.key ~= doc.id then
+    local list, known = aliases(doc.id), false
+    for _, k in ipairs(list) do if k == doc.key then known = true end end
+    if not known then
+      list[#list + 1] = doc.key
+      redis.call('HSET', KEYS[7], doc.id, cjson.encode(list))
+    end
+  end
+  redis.call('HSET', KEYS[1], doc.key, doc.json)
+  redis.call('HSET', KEYS[2], doc.key, doc.dl)
+  redis.call('HSET', KEYS[3], doc.key, doc.ts)
+  redis.call('HSET', KEYS[4], doc.key, doc.terms)
   for _, p in ipairs(doc.post) do
-    redis.call('HSET', map[p[1]], doc.id, p[2])
+    redis.call('HSET', map[p[1]], doc.key, p[2])
   end
   redis.call('HINCRBY', KEYS[5], 'n', 1)
   redis.call('HINCRBY', KEYS[5], 'len', doc.dl)
@@ -137,19 +181,26 @@ return {'ok', tostring(#todo)}
 """
 
 DELETE = "#!lua\n" + _COMMON + r"""
--- KEYS: docs, lens, ts, terms, stats, deleted, posting keys...
+-- KEYS: docs, lens, ts, terms, stats, deleted, alias, posting keys...
 -- ARGV: id, T, T term names
+-- Deletes the memory under its id and under every alias (other sessions' events with that id).
 check_index_types()
-local map = term_keys(7)
+local map = term_keys(8)
 local id = ARGV[1]
+local stored = aliases(id)
+table.insert(stored, 1, id)
 local missing = {}
-missing_terms(id, map, missing)
+for _, key in ipairs(stored) do missing_terms(key, map, missing) end
 if #missing > 0 then
   table.insert(missing, 1, 'retry')
   return missing
 end
-local existed = redis.call('HEXISTS', KEYS[1], id)
-unindex(id, map)
+local existed = 0
+for _, key in ipairs(stored) do
+  if redis.call('HEXISTS', KEYS[1], key) == 1 then existed = 1 end
+  unindex(key, map)
+end
+redis.call('HDEL', KEYS[7], id)
 -- Only a memory that existed is kept out of later event ingestion (as ADK's
 -- own services do): an unknown id must not block an event never stored.
 if existed == 1 then redis.call('SADD', KEYS[6], id) end
@@ -157,7 +208,7 @@ return {'ok', tostring(existed)}
 """
 
 SEARCH = "#!lua flags=no-writes\n" + _COMMON + r"""
--- KEYS: docs, lens, ts, terms, stats, deleted, posting keys (query terms)
+-- KEYS: docs, lens, ts, terms, stats, deleted, alias, posting keys (query terms)
 -- ARGV: k1, b, limit
 -- Returns id, score, json triples, best first (score, then newer, then id).
 check_index_types()
@@ -167,7 +218,7 @@ if n <= 0 then return {} end
 local avgdl = total / n
 if avgdl <= 0 then avgdl = 1 end
 local scores, order, lens = {}, {}, {}
-for i = 7, #KEYS do
+for i = 8, #KEYS do
   expect(KEYS[i], 'hash')
   local post = redis.call('HGETALL', KEYS[i])
   local df = #post / 2

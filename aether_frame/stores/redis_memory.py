@@ -69,6 +69,7 @@ class _IndexKeys:
         f"{base}:terms",
         f"{base}:stats",
         f"{base}:deleted",
+        f"{base}:alias",
     ]
 
   def term(self, encoded_term: str) -> str:
@@ -261,9 +262,21 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
       *,
       mode: str,
   ) -> None:
-    """Upserts entries (last wins per id) in batches, each batch atomic."""
+    """Upserts entries (last wins per id) in batches, each batch atomic.
+
+    Every entry is serialised before the first batch is sent: one that cannot
+    be (metadata JSON refuses) fails the call with nothing written, not after
+    the batches before it. A batch that Redis loses mid-call (the server gone)
+    leaves the earlier batches stored, each whole: a retry completes the rest.
+    """
     by_id = {entry.id: (entry, ts) for entry, ts in entries}
     keys = _IndexKeys(self._prefix, app_name, user_id)
+    jsons: dict[str, str] = {}
+    for memory_id, (entry, _) in by_id.items():
+      try:
+        jsons[memory_id] = entry.model_dump_json(exclude_none=True)
+      except (ValueError, TypeError) as e:  # pydantic's serialisation errors are ValueErrors
+        raise ValueError(f"memory {memory_id!r} cannot be stored as JSON (nothing was written): {e}") from e
     batch: list[tuple[str, MemoryEntry, float, Counter[str]]] = []
     postings = 0
     for memory_id, (entry, ts) in by_id.items():
@@ -271,18 +284,19 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
       if batch and (
           len(batch) >= _BATCH or postings + len(tf) > _BATCH_POSTINGS
       ):
-        await self._index_batch(keys, batch, mode)
+        await self._index_batch(keys, batch, mode, jsons)
         batch, postings = [], 0
       batch.append((memory_id, entry, ts, tf))
       postings += len(tf)
     if batch:
-      await self._index_batch(keys, batch, mode)
+      await self._index_batch(keys, batch, mode, jsons)
 
   async def _index_batch(
       self,
       keys: _IndexKeys,
       docs: list[tuple[str, MemoryEntry, float, Counter[str]]],
       mode: str,
+      jsons: Mapping[str, str],
   ) -> None:
     names: dict[str, int] = {}
     for _, _, _, tf in docs:
@@ -293,9 +307,11 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
       all_names = list(names) + sorted(extra - names.keys())
       args: list[str] = [mode, str(len(all_names)), *all_names, str(len(docs))]
       for memory_id, entry, ts, tf in docs:
+        sid = entry.custom_metadata.get("session_id") if mode == "events" else None
         args += [
             memory_id,
-            entry.model_dump_json(exclude_none=True),
+            sid if isinstance(sid, str) and sid != UNKNOWN_SESSION_ID else "",
+            jsons[memory_id],
             repr(ts),
             str(sum(tf.values())),
             " ".join(tf),

@@ -171,3 +171,15 @@ async def test_an_entry_that_cannot_be_serialised_fails_the_call_with_nothing_wr
     raise AssertionError("an unserialisable entry was accepted")
   assert await mem.count(app_name=APP, user_id=USER) == 0  # was 200: the batches before it
   await mem.close()
+
+
+async def test_a_one_character_cjk_query_finds_its_memories(redis_url):
+  """CJK runs were indexed as bigrams only: 雨, 猫 or 집 found nothing (ADK's in-memory service finds them)."""
+  mem = RedisMemoryService(redis_url, key_prefix="cjk")
+  texts = {"c0": "明日は雨です", "c1": "我的猫很可爱", "c2": "우리 집은 서울에 있어요", "c3": "The weather is fine"}
+  await mem.add_session_to_memory(_session("s", [(k, v, float(i)) for i, (k, v) in enumerate(texts.items())]))
+  for query, want in (("雨", "c0"), ("猫", "c1"), ("집", "c2"), ("可爱", "c1"), ("weather", "c3")):
+    got = (await mem.search_memory(app_name=APP, user_id=USER, query=query)).memories
+    assert [m.id for m in got] == [want], query
+  assert check_index(redis_url, prefix="cjk") == 4
+  await mem.close()

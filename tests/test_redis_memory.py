@@ -31,7 +31,7 @@ from aether_frame.stores._redis_util import enc
 from aether_frame.stores import CorruptDataError
 from aether_frame.stores import RedisMemoryService
 from aether_frame.stores import WorkingMemory
-from aether_frame.stores.redis_memory import SCORE_KEY
+from aether_frame.stores.redis_memory import SCORE_KEY, document_terms
 from tests.fixtures.redis_server import cluster_redis_server  # noqa: F401
 from tests.fixtures.redis_server import redis_server  # noqa: F401
 from tests.fixtures.redis_server import redis_url  # noqa: F401
@@ -95,7 +95,7 @@ def check_index(url: str, prefix: str = "aether", app=APP, user=USER):
     entry = MemoryEntry.model_validate_json(docs[doc])
     text = " ".join(p.text for p in entry.content.parts
                     if p.text and not p.thought)
-    expected = Counter(tokenize(text))
+    expected = Counter(document_terms(text))
     assert {enc(t).encode(): c for t, c in expected.items()} == {
         t: postings[t][doc] for t in doc_terms.split()}
     assert lens[doc] == sum(expected.values())

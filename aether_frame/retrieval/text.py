@@ -77,6 +77,23 @@ def tokenize(text: str) -> list[str]:
   return out
 
 
+def cjk_unigrams(text: str) -> list[str]:
+  """The single characters of ``text``'s Han, kana and Hangul runs of two or more, in order.
+
+  ``tokenize`` gives such a run as bigrams, so a one-character query ("雨",
+  "집" before its particle) matches nothing; an index that also holds these
+  unigrams (as Lucene's CJK bigram filter can) finds it. A run of one is a
+  unigram in ``tokenize`` already.
+  """
+  if text.isascii():
+    return []
+  out: list[str] = []
+  for m in _CJK.finditer(unicodedata.normalize("NFKC", text).lower()):
+    if len(m.group()) > 1:
+      out.extend(m.group())
+  return out
+
+
 def words(text: str) -> list:
   """``_matches(text)``; in ASCII text without apostrophes, the same words as bytes.
 

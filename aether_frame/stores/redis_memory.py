@@ -24,7 +24,7 @@ from google.adk.memory.memory_entry import MemoryEntry
 from pydantic import ValidationError
 from typing_extensions import override
 
-from ..retrieval.text import tokenize
+from ..retrieval.text import cjk_unigrams, tokenize
 from . import _redis_util as ru
 from ._memory_lua import MEMORY_SOURCES
 from .errors import CorruptDataError
@@ -280,7 +280,7 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
     batch: list[tuple[str, MemoryEntry, float, Counter[str]]] = []
     postings = 0
     for memory_id, (entry, ts) in by_id.items():
-      tf = Counter(ru.enc(t) for t in tokenize(entry_text(entry.content)))
+      tf = Counter(ru.enc(t) for t in document_terms(entry_text(entry.content)))
       if batch and (
           len(batch) >= _BATCH or postings + len(tf) > _BATCH_POSTINGS
       ):
@@ -332,6 +332,12 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
         f"memory write on {keys.fixed[0]!r} kept racing concurrent writers",
         key=keys.fixed[0],
     )
+
+
+def document_terms(text: str) -> list[str]:
+  """A memory's index terms: ``tokenize``'s, plus the single characters of its CJK runs,
+  so a one-character query (雨, 猫, 집) finds the memories that say it."""
+  return tokenize(text) + cjk_unigrams(text)
 
 
 def _unix_time(entry: MemoryEntry) -> float:

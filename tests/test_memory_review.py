@@ -114,8 +114,8 @@ async def test_huge_events_are_indexed_in_bounded_script_calls(redis_url):
     r.config_set("slowlog-log-slower-than", 10_000)
     r.slowlog_reset()
   keys_per_call = [int(c[2]) for c in calls if c[0].upper() == b"EVALSHA"]
-  assert sum(keys_per_call) - 7 * len(keys_per_call) == 100 * 1000
-  assert max(keys_per_call) <= 7 + 50_000
+  assert sum(keys_per_call) - 8 * len(keys_per_call) == 100 * 1000
+  assert max(keys_per_call) <= 8 + 50_000
   assert check_index(redis_url) == 100
   got = await mem.search_memory(app_name=APP, user_id=USER, query="w7x3 w99x999")
   assert sorted(m.id for m in got.memories) == ["e7", "e99"]
@@ -182,4 +182,33 @@ async def test_a_one_character_cjk_query_finds_its_memories(redis_url):
     got = (await mem.search_memory(app_name=APP, user_id=USER, query=query)).memories
     assert [m.id for m in got] == [want], query
   assert check_index(redis_url, prefix="cjk") == 4
+  await mem.close()
+
+
+async def test_re_adding_a_grown_session_sends_only_what_changed(redis_url):
+  """ADK's after_agent_callback pattern re-adds the whole session every turn: each re-add
+  re-tokenised and sent every event (3.4 s at 8,000 events, against 0.34 s for ADK's in-memory service)."""
+  r = redis.Redis.from_url(redis_url)
+  mem = RedisMemoryService(redis_url, key_prefix="grow")
+  events = [(f"e{i}", f"turn {i} talks about topic{i % 97} and detail{i}", float(i)) for i in range(600)]
+  await mem.add_session_to_memory(_session("s", events))
+  r.config_set("slowlog-max-len", 100_000)
+  r.config_set("slowlog-log-slower-than", 0)
+  r.slowlog_reset()
+  try:
+    await mem.add_session_to_memory(_session("s", events + [("e600", "one more turn about topic5", 600.0)]))
+    calls = [e["command"].split() for e in r.slowlog_get(100_000)]
+  finally:
+    r.config_set("slowlog-log-slower-than", 10_000)
+    r.slowlog_reset()
+  scripts = [c for c in calls if c[0].upper() == b"EVALSHA"]
+  assert len(scripts) == 1 and b"e600" in scripts[0] and b"e599" not in scripts[0]
+  got = (await mem.search_memory(app_name=APP, user_id=USER, query="one more turn")).memories
+  assert got[0].id == "e600"
+  assert check_index(redis_url, prefix="grow") == 601
+  # A changed event is sent again (and re-indexed), the others are not.
+  events[3] = ("e3", "turn 3 now talks about zebras", 3.0)
+  await mem.add_session_to_memory(_session("s", events))
+  assert [m.id for m in (await mem.search_memory(app_name=APP, user_id=USER, query="zebras")).memories] == ["e3"]
+  assert check_index(redis_url, prefix="grow") == 601
   await mem.close()

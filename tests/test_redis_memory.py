@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+import hashlib
 import json
 import itertools
 import math
@@ -81,6 +82,10 @@ def check_index(url: str, prefix: str = "aether", app=APP, user=USER):
   terms = r.hgetall(f"{base}:terms")
   stats = r.hgetall(f"{base}:stats")
   assert set(docs) == set(lens) == set(terms)
+  sums = r.hgetall(f"{base}:sums")
+  assert set(sums) <= set(docs)  # a document stored before digests existed has none until re-added
+  for key, digest in sums.items():
+    assert digest.decode() == hashlib.blake2b(docs[key], digest_size=16).hexdigest()
   for memory_id, listed in r.hgetall(f"{base}:alias").items():  # other sessions' events under one id
     for key in json.loads(listed):
       assert key.encode().startswith(memory_id + b"\x1f") and key.encode() in docs

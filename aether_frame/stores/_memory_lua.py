@@ -12,6 +12,7 @@ Index keys (KEYS order shared by the scripts):
   stats   hash  n = document count, len = total document length
   deleted set   stored ids deleted by delete_memory; event ingestion skips them
   alias   hash  memory id -> JSON list of the other keys its id is stored under
+  sums    hash  memory id -> digest of its JSON (a re-add sends only what changed)
   t:<term> hash memory id -> term frequency (the posting list)
 
 A memory is stored under its id, except an event whose id is already stored
@@ -69,6 +70,7 @@ local function unindex(id, map)
   redis.call('HDEL', KEYS[2], id)
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
+  redis.call('HDEL', KEYS[8], id)
   redis.call('HINCRBY', KEYS[5], 'n', -1)
   redis.call('HINCRBY', KEYS[5], 'len', -dl)
 end
@@ -81,6 +83,7 @@ local function check_index_types()
   expect(KEYS[5], 'hash')
   expect(KEYS[6], 'set')
   expect(KEYS[7], 'hash')
+  expect(KEYS[8], 'hash')
   stat('n')
   stat('len')
 end
@@ -105,12 +108,12 @@ end
 """
 
 ADD = "#!lua\n" + _COMMON + r"""
--- KEYS: docs, lens, ts, terms, stats, deleted, alias, posting keys...
+-- KEYS: docs, lens, ts, terms, stats, deleted, alias, sums, posting keys...
 -- ARGV: mode ('events' skips deleted ids), T, T term names, ndocs, then per
---       document: id, session id ('' unknown), json, ts, dl, terms string, nt,
---       (term index, tf) * nt
+--       document: id, session id ('' unknown), json, digest, ts, dl, terms
+--       string, nt, (term index, tf) * nt
 check_index_types()
-local map, pos = term_keys(8)
+local map, pos = term_keys(9)
 local mode = ARGV[1]
 local names = {}
 for i = 1, tonumber(ARGV[2]) do names[i] = ARGV[2 + i] end
@@ -118,10 +121,10 @@ local ndocs = tonumber(ARGV[pos])
 pos = pos + 1
 local docs = {}
 for d = 1, ndocs do
-  local doc = {id = ARGV[pos], sid = ARGV[pos + 1], json = ARGV[pos + 2], ts = ARGV[pos + 3],
-               dl = tonumber(ARGV[pos + 4]), terms = ARGV[pos + 5], post = {}}
-  local nt = tonumber(ARGV[pos + 6])
-  pos = pos + 7
+  local doc = {id = ARGV[pos], sid = ARGV[pos + 1], json = ARGV[pos + 2], sum = ARGV[pos + 3],
+               ts = ARGV[pos + 4], dl = tonumber(ARGV[pos + 5]), terms = ARGV[pos + 6], post = {}}
+  local nt = tonumber(ARGV[pos + 7])
+  pos = pos + 8
   for i = 1, nt do
     doc.post[#doc.post + 1] = {names[tonumber(ARGV[pos])], ARGV[pos + 1]}
     pos = pos + 2
@@ -171,6 +174,7 @@ for _, doc in ipairs(todo) do
   redis.call('HSET', KEYS[2], doc.key, doc.dl)
   redis.call('HSET', KEYS[3], doc.key, doc.ts)
   redis.call('HSET', KEYS[4], doc.key, doc.terms)
+  redis.call('HSET', KEYS[8], doc.key, doc.sum)
   for _, p in ipairs(doc.post) do
     redis.call('HSET', map[p[1]], doc.key, p[2])
   end
@@ -181,11 +185,11 @@ return {'ok', tostring(#todo)}
 """
 
 DELETE = "#!lua\n" + _COMMON + r"""
--- KEYS: docs, lens, ts, terms, stats, deleted, alias, posting keys...
+-- KEYS: docs, lens, ts, terms, stats, deleted, alias, sums, posting keys...
 -- ARGV: id, T, T term names
 -- Deletes the memory under its id and under every alias (other sessions' events with that id).
 check_index_types()
-local map = term_keys(8)
+local map = term_keys(9)
 local id = ARGV[1]
 local stored = aliases(id)
 table.insert(stored, 1, id)
@@ -208,7 +212,7 @@ return {'ok', tostring(existed)}
 """
 
 SEARCH = "#!lua flags=no-writes\n" + _COMMON + r"""
--- KEYS: docs, lens, ts, terms, stats, deleted, alias, posting keys (query terms)
+-- KEYS: docs, lens, ts, terms, stats, deleted, alias, sums, posting keys (query terms)
 -- ARGV: k1, b, limit
 -- Returns id, score, json triples, best first (score, then newer, then id).
 check_index_types()
@@ -218,7 +222,7 @@ if n <= 0 then return {} end
 local avgdl = total / n
 if avgdl <= 0 then avgdl = 1 end
 local scores, order, lens = {}, {}, {}
-for i = 8, #KEYS do
+for i = 9, #KEYS do
   expect(KEYS[i], 'hash')
   local post = redis.call('HGETALL', KEYS[i])
   local df = #post / 2

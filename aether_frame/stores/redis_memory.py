@@ -70,6 +70,7 @@ class _IndexKeys:
         f"{base}:stats",
         f"{base}:deleted",
         f"{base}:alias",
+        f"{base}:sums",
     ]
 
   def term(self, encoded_term: str) -> str:
@@ -277,6 +278,11 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
         jsons[memory_id] = entry.model_dump_json(exclude_none=True)
       except (ValueError, TypeError) as e:  # pydantic's serialisation errors are ValueErrors
         raise ValueError(f"memory {memory_id!r} cannot be stored as JSON (nothing was written): {e}") from e
+    sums = {memory_id: _digest(text) for memory_id, text in jsons.items()}
+    # The after_agent_callback pattern re-adds the whole session every turn: only
+    # what changed is tokenised and sent (the script would skip the rest anyway).
+    unchanged = await self._stored_sums(keys, sums)
+    by_id = {k: v for k, v in by_id.items() if k not in unchanged}
     batch: list[tuple[str, MemoryEntry, float, Counter[str]]] = []
     postings = 0
     for memory_id, (entry, ts) in by_id.items():
@@ -284,12 +290,22 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
       if batch and (
           len(batch) >= _BATCH or postings + len(tf) > _BATCH_POSTINGS
       ):
-        await self._index_batch(keys, batch, mode, jsons)
+        await self._index_batch(keys, batch, mode, jsons, sums)
         batch, postings = [], 0
       batch.append((memory_id, entry, ts, tf))
       postings += len(tf)
     if batch:
-      await self._index_batch(keys, batch, mode, jsons)
+      await self._index_batch(keys, batch, mode, jsons, sums)
+
+  async def _stored_sums(self, keys: _IndexKeys, sums: Mapping[str, str]) -> set[str]:
+    """Ids whose stored JSON has the digest given (unchanged since stored)."""
+    ids = list(sums)
+    same: set[str] = set()
+    for at in range(0, len(ids), 1000):
+      part = ids[at:at + 1000]
+      got = await ru.guarded("add to memory", keys.fixed[7], self._client.hmget(keys.fixed[7], part))
+      same.update(i for i, g in zip(part, got) if g is not None and ru.text(g) == sums[i])
+    return same
 
   async def _index_batch(
       self,
@@ -297,6 +313,7 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
       docs: list[tuple[str, MemoryEntry, float, Counter[str]]],
       mode: str,
       jsons: Mapping[str, str],
+      sums: Mapping[str, str],
   ) -> None:
     names: dict[str, int] = {}
     for _, _, _, tf in docs:
@@ -312,6 +329,7 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
             memory_id,
             sid if isinstance(sid, str) and sid != UNKNOWN_SESSION_ID else "",
             jsons[memory_id],
+            sums[memory_id],
             repr(ts),
             str(sum(tf.values())),
             " ".join(tf),
@@ -338,6 +356,10 @@ def document_terms(text: str) -> list[str]:
   """A memory's index terms: ``tokenize``'s, plus the single characters of its CJK runs,
   so a one-character query (雨, 猫, 집) finds the memories that say it."""
   return tokenize(text) + cjk_unigrams(text)
+
+
+def _digest(text: str) -> str:
+  return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _unix_time(entry: MemoryEntry) -> float:

@@ -92,6 +92,8 @@ class Source:
     self.blob_app = blob_app
     self.filename = filename
     self._blobs: dict[tuple[str, str], dict[str, bytes]] = {}
+    self.blob_fallback: Optional["Source"] = None
+    """Where blobs missing here are looked for: ``--blobs``, or the folder ADK's CLI keeps them in."""
 
   async def _candidate_sessions(self) -> list[SessionRef]:
     raise NotImplementedError
@@ -146,6 +148,9 @@ class Source:
     for key, data in await asyncio.gather(*(one(k) for k in todo)):
       if data is not None:
         cache[key] = data
+    missing = [k for k in todo if k not in cache]
+    if missing and self.blob_fallback is not None:
+      cache.update(await self.blob_fallback.blobs(app, user, missing))
     return cache
 
 
@@ -447,8 +452,27 @@ def open_location(loc: str, *, blobs: Optional[str] = None):
   if path.is_file():
     return FileSource(path, _blob_location(blobs) if blobs else None)
   if path.is_dir():
-    return _folder(path)
+    source = _folder(path)
+    source.blob_fallback = _blob_location(blobs) if blobs else _adk_cli_blobs(source)
+    return source
   raise LocationError(f"{loc}: no such file, folder or gs:// location")
+
+
+def _adk_cli_blobs(source: "FolderSource") -> Optional[Source]:
+  """The input blobs of a store ``adk web`` / ``adk run`` / ``adk api_server`` wrote.
+
+  ADK's CLI gives every app its own ``<agents>/<app>/.adk/artifacts`` store,
+  so the blobs (saved under their own app name) land in
+  ``<agents>/<blob app>/.adk/artifacts`` beside it, not in the manifests' store.
+  """
+  root = Path(source.service.root_dir).resolve()
+  if root.name != "artifacts" or root.parent.name != ".adk":
+    return None
+  sibling = root.parent.parent.parent / source.blob_app / ".adk" / "artifacts"
+  if not sibling.is_dir() or sibling == root:
+    return None
+  from google.adk.artifacts import FileArtifactService
+  return FolderSource(FileArtifactService(root_dir=str(sibling)), str(sibling))
 
 
 def _blob_location(loc: str) -> Source:

@@ -212,3 +212,44 @@ async def test_re_adding_a_grown_session_sends_only_what_changed(redis_url):
   assert [m.id for m in (await mem.search_memory(app_name=APP, user_id=USER, query="zebras")).memories] == ["e3"]
   assert check_index(redis_url, prefix="grow") == 601
   await mem.close()
+
+
+async def test_a_sessions_copy_beside_another_stays_one_copy(redis_url):
+  """sA and sB both hold event "7" (sB's beside sA's); an explicit memory "7" then replaces sA's:
+  re-adding sB stored it a second time, under "7" too (two results, count 3)."""
+  from google.adk.memory.memory_entry import MemoryEntry
+
+  mem = RedisMemoryService(redis_url, key_prefix="twice")
+  await mem.add_session_to_memory(_session("sA", [("7", "the passport is in the blue folder", 1.0)]))
+  b = _session("sB", [("7", "book a table for dinner on friday", 2.0)])
+  await mem.add_session_to_memory(b)
+  await mem.add_memory(app_name=APP, user_id=USER, memories=[
+      MemoryEntry(id="7", content=types.Content(parts=[types.Part(text="a note about the garden")]))])
+  await mem.add_session_to_memory(b)
+  got = (await mem.search_memory(app_name=APP, user_id=USER, query="dinner friday")).memories
+  assert [(m.id, m.custom_metadata.get("session_id")) for m in got] == [("7", "sB")]
+  assert await mem.count(app_name=APP, user_id=USER) == 2
+  assert check_index(redis_url, prefix="twice") == 2
+  await mem.close()
+
+
+async def test_memories_stored_before_digests_gain_them_and_their_new_terms_on_re_add(redis_url):
+  """A memory an earlier version stored has no digest and lacks the CJK single-character terms:
+  the script skipped it as unchanged, so re-adding never added either."""
+  r = redis.Redis.from_url(redis_url)
+  mem = RedisMemoryService(redis_url, key_prefix="legacy")
+  session = _session("s", [("r1", "明日は雨です", 1.0), ("r2", "plain english words", 2.0)])
+  await mem.add_session_to_memory(session)
+  base = f"legacy:{{{APP}:{USER}}}:mem"
+  from aether_frame.retrieval.text import tokenize
+  from aether_frame.stores._redis_util import enc
+  old_terms = " ".join(dict.fromkeys(enc(t) for t in tokenize("明日は雨です")))
+  r.hset(f"{base}:terms", "r1", old_terms)  # as the earlier version indexed it
+  for term in "明日は雨で":
+    r.hdel(f"{base}:t:{enc(term)}", "r1")
+  r.hdel(f"{base}:sums", "r1", "r2")
+  await mem.add_session_to_memory(session)
+  assert [m.id for m in (await mem.search_memory(app_name=APP, user_id=USER, query="雨")).memories] == ["r1"]
+  assert set(r.hkeys(f"{base}:sums")) == {b"r1", b"r2"}
+  assert check_index(redis_url, prefix="legacy") == 2
+  await mem.close()

@@ -116,3 +116,35 @@ def test_a_loaded_skills_own_tools_survive_scoping():
       assert "pdf_extract" in sent and "delete_all" not in sent
     else:
       assert "pdf_extract" in allowed and "delete_all" not in allowed
+
+
+def test_a_call_that_is_not_packed_leaves_no_earlier_mask_in_force():
+  """A tool moves the step on and returns more than the window holds: the next call is not packed
+  (its budget is exhausted) and goes out unmasked; the mask of the call before must not judge the
+  tool call it brings back."""
+  from google.adk.tools import ToolContext
+
+  ran: list[str] = []
+
+  def lookup(x: str, tool_context: ToolContext) -> dict:
+    """Looks something up, and moves on to the next step."""
+    ran.append("lookup")
+    tool_context.state["tools"] = ["delete_all"]
+    return {"x": "word " * 3000}
+
+  def delete_all(x: str) -> dict:
+    """Deletes everything."""
+    ran.append("delete_all")
+    return {"deleted": True}
+
+  llm = OfflineLlm(model="gpt-4o", script=[tool_call("lookup", {"x": "1"}, "c1"), tool_call("delete_all", {"x": "1"}, "c2"), "done"])
+  agent = LlmAgent(name="worker", model=llm, instruction="Work.", tools=[lookup, delete_all])
+  plugin = ContextPackPlugin(policy=PackPolicy(tool_scoping="mask"), window=3_000)
+
+  async def go():
+    runner = make_runner(agent, [plugin])
+    s = await new_session(runner, state={"tools": ["lookup"]})
+    await say(runner, s.id, "tidy up")
+  asyncio.run(go())
+  assert plugin.faults >= 1  # the exhausted budget, recorded
+  assert ran == ["lookup", "delete_all"]  # the step in force when it was called allows it

@@ -109,15 +109,25 @@ def test_mask_with_empty_intersection_leaves_the_callers_restriction():
   assert scoped.describe()["skipped"] and scoped.describe()["allowed"] is None
 
 
-def test_mask_with_no_step_tool_present_turns_calling_off_and_sends_no_empty_allow_list():
-  """The step allows nothing declared: mode NONE, as hard mode removes every declaration (it used
-  to send no tool_config at all, and the model called any tool)."""
-  for step in (["zzz"], []):
+def test_an_empty_step_turns_calling_off_and_sends_no_empty_allow_list():
+  """The step allows nothing: mode NONE, as hard mode removes every declaration (it used to send
+  no tool_config at all, and the model called any tool)."""
+  req = _request(["a", "b"])
+  scoped, config = _mask(req, [])
+  assert _fcc(config) == types.FunctionCallingConfig(mode=Mode.NONE)
+  d = scoped.describe()
+  assert d["calling_off"] is True and d["allowed"] == [] and d["skipped"] is None
+
+
+def test_a_step_naming_none_of_the_agents_tools_is_another_agents():
+  """An AgentTool child inherits the session's step: one naming only the parent's tools must not
+  turn the child's own tools off, in either mode."""
+  for scope in (_mask, _hard):
     req = _request(["a", "b"])
-    scoped, config = _mask(req, step)
-    assert _fcc(config) == types.FunctionCallingConfig(mode=Mode.NONE)
+    scoped, config = scope(req, ["parent_tool"])
+    assert config.tool_config is None and _declared(config) == ["a", "b"], scope
     d = scoped.describe()
-    assert d["calling_off"] is True and d["allowed"] == [] and d["skipped"] is None and d["unknown"] == step
+    assert d["skipped"] and d["unknown"] == ["parent_tool"] and "calling_off" not in d
 
 
 def test_mask_keeps_a_forced_call_when_the_step_allows_nothing():

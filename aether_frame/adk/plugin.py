@@ -303,6 +303,7 @@ class ContextPackPlugin(BasePlugin):
       # call may be left for after_model to compare it with.
       key = self._key(callback_context)
       async with self._serial(key):
+        self._allowed.pop(key, None)  # a call that is not packed leaves no mask of an earlier call in force
         cache = self._sessions.get(key)
         if cache is not None:
           cache.calls.pop(id(callback_context.actions), None)

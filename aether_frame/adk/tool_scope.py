@@ -200,6 +200,12 @@ def scope_tools(llm_request, step_tools: Optional[Sequence[str]], mode: ToolScop
     return ScopedTools(mode=ToolScoping.OFF if step_tools is None else mode, declarations=decls)
   wanted = set(step_tools)
   present = {d.name for d in decls}
+  if wanted and not wanted & present:
+    # The step is another agent's (an AgentTool child or a sub-agent inherits the session's
+    # state): it names none of this agent's tools, so it does not scope them. An explicitly
+    # empty step does: no tools for anyone.
+    return ScopedTools(mode=mode, declarations=decls, unknown=sorted(wanted),
+                       skipped="the step names none of this agent's tools")
   keep = [d for d in decls
           if d.name in wanted or d.name in also_protected or is_protected(d.name, llm_request.tools_dict.get(d.name))]
   removed = sorted(present - {d.name for d in keep})

@@ -133,21 +133,30 @@ for d = 1, ndocs do
 end
 
 -- Decide and validate before the first write.
-local todo, missing = {}, {}
+local todo, missing, unsummed = {}, {}, {}
 for _, doc in ipairs(docs) do
   local skip = false
   doc.key = doc.id
   if mode == 'events' and doc.sid ~= '' then
-    local stored = redis.call('HGET', KEYS[1], doc.id)
-    if stored then
-      local other = stored_session(stored)
-      if other ~= '' and other ~= doc.sid then doc.key = doc.id .. '\31' .. doc.sid end
+    local own = doc.id .. '\31' .. doc.sid
+    local listed = false
+    for _, k in ipairs(aliases(doc.id)) do if k == own then listed = true end end
+    if listed then
+      doc.key = own  -- this session's copy already sits beside another's
+    else
+      local stored = redis.call('HGET', KEYS[1], doc.id)
+      if stored then
+        local other = stored_session(stored)
+        if other ~= '' and other ~= doc.sid then doc.key = own end
+      end
     end
   end
   if mode == 'events' and redis.call('SISMEMBER', KEYS[6], doc.id) == 1 then
     skip = true
-  elseif redis.call('HGET', KEYS[1], doc.key) == doc.json then
-    skip = true
+  elseif redis.call('HGET', KEYS[1], doc.key) == doc.json
+      and redis.call('HGET', KEYS[4], doc.key) == doc.terms then
+    skip = true  -- unchanged (a document stored before its digest existed gets one below)
+    if redis.call('HGET', KEYS[8], doc.key) ~= doc.sum then unsummed[#unsummed + 1] = doc end
   end
   if not skip then
     missing_terms(doc.key, map, missing)
@@ -181,6 +190,7 @@ for _, doc in ipairs(todo) do
   redis.call('HINCRBY', KEYS[5], 'n', 1)
   redis.call('HINCRBY', KEYS[5], 'len', doc.dl)
 end
+for _, doc in ipairs(unsummed) do redis.call('HSET', KEYS[8], doc.key, doc.sum) end
 return {'ok', tostring(#todo)}
 """
 

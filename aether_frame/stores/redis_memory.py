@@ -298,13 +298,20 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
       await self._index_batch(keys, batch, mode, jsons, sums)
 
   async def _stored_sums(self, keys: _IndexKeys, sums: Mapping[str, str]) -> set[str]:
-    """Ids whose stored JSON has the digest given (unchanged since stored)."""
+    """Ids stored with the digest given (unchanged since stored).
+
+    A stored length is asked for too: a worker of an earlier version deletes a
+    memory without its digest, and the digest alone would keep it out for good.
+    """
     ids = list(sums)
     same: set[str] = set()
     for at in range(0, len(ids), 1000):
       part = ids[at:at + 1000]
-      got = await ru.guarded("add to memory", keys.fixed[7], self._client.hmget(keys.fixed[7], part))
-      same.update(i for i, g in zip(part, got) if g is not None and ru.text(g) == sums[i])
+      pipe = self._client.pipeline(transaction=False)
+      pipe.hmget(keys.fixed[7], part)
+      pipe.hmget(keys.fixed[1], part)
+      got, lens = await ru.guarded("add to memory", keys.fixed[7], pipe.execute())
+      same.update(i for i, g, n in zip(part, got, lens) if g is not None and n is not None and ru.text(g) == sums[i])
     return same
 
   async def _index_batch(

@@ -52,3 +52,19 @@ def test_blobs_names_a_blob_store_for_a_folder_too(tmp_path, capsys):
   assert "missing" in capsys.readouterr().out
   assert cli.main(["replay", "-q", str(store), "--blobs", str(moved)]) == 0
   assert "3 calls: 3 identical" in capsys.readouterr().out
+
+
+def test_a_lone_manifest_file_and_a_symlinked_dot_adk_find_them_too(tmp_path, capsys):
+  agents = _adk_cli_store(tmp_path)
+  store = agents / "testapp" / ".adk" / "artifacts"
+  versions = sorted(store.glob("apps/testapp/users/*/sessions/*/artifacts/context_pack/manifest.json/versions/*/manifest.json"))
+  assert len(versions) == 3
+  assert cli.main(["replay", "-q", str(versions[-1])]) == 0
+  assert "1 calls: 1 identical" in capsys.readouterr().out
+  assert cli.main(["diff", str(versions[0]), str(versions[2])]) == 0
+  # ADK writes through a symlinked .adk folder; resolving the path must not lose the sibling.
+  real = tmp_path / "testapp-adk"
+  shutil.move(str(agents / "testapp" / ".adk"), str(real))
+  (agents / "testapp" / ".adk").symlink_to(real, target_is_directory=True)
+  assert cli.main(["replay", "-q", str(store)]) == 0
+  assert "3 calls: 3 identical" in capsys.readouterr().out

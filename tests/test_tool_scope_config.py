@@ -123,11 +123,12 @@ def test_a_step_naming_none_of_the_agents_tools_is_another_agents():
   """An AgentTool child inherits the session's step: one naming only the parent's tools must not
   turn the child's own tools off, in either mode."""
   for scope in (_mask, _hard):
-    req = _request(["a", "b"])
-    scoped, config = scope(req, ["parent_tool"])
-    assert config.tool_config is None and _declared(config) == ["a", "b"], scope
-    d = scoped.describe()
-    assert d["skipped"] and d["unknown"] == ["parent_tool"] and "calling_off" not in d
+    for step in (["parent_tool"], ["parent_tool", "transfer_to_agent"], ["exit_loop"]):
+      req = _request(["a", "b", "transfer_to_agent", "exit_loop"])
+      scoped, config = scope(req, step)
+      assert config.tool_config is None and _declared(config) == ["a", "b", "transfer_to_agent", "exit_loop"], (scope, step)
+      d = scoped.describe()
+      assert d["skipped"] and "calling_off" not in d
 
 
 def test_mask_keeps_a_forced_call_when_the_step_allows_nothing():

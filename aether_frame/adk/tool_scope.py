@@ -200,11 +200,13 @@ def scope_tools(llm_request, step_tools: Optional[Sequence[str]], mode: ToolScop
     return ScopedTools(mode=ToolScoping.OFF if step_tools is None else mode, declarations=decls)
   wanted = set(step_tools)
   present = {d.name for d in decls}
-  if wanted and not wanted & present:
+  own = {n for n in present if n not in also_protected and not is_protected(n, llm_request.tools_dict.get(n))}
+  if wanted and not wanted & own:
     # The step is another agent's (an AgentTool child or a sub-agent inherits the session's
-    # state): it names none of this agent's tools, so it does not scope them. An explicitly
-    # empty step does: no tools for anyone.
-    return ScopedTools(mode=mode, declarations=decls, unknown=sorted(wanted),
+    # state): it names none of this agent's own tools (a framework tool such as
+    # transfer_to_agent, which every agent may have, does not count), so it does not scope
+    # them. An explicitly empty step does: no tools for anyone.
+    return ScopedTools(mode=mode, declarations=decls, unknown=sorted(wanted - present),
                        skipped="the step names none of this agent's tools")
   keep = [d for d in decls
           if d.name in wanted or d.name in also_protected or is_protected(d.name, llm_request.tools_dict.get(d.name))]

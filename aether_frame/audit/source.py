@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import zlib
 from dataclasses import dataclass
@@ -378,6 +379,7 @@ class FileSource:
         root, self.ref, version = tree
         from google.adk.artifacts import FileArtifactService
         self.blob_source = FolderSource(FileArtifactService(root_dir=str(root)), str(root))
+        self.blob_source.blob_fallback = _adk_cli_blobs(self.blob_source, path)
       elif blob_source is not None and blob_source.app and blob_source.user:
         self.ref = SessionRef(blob_source.app, blob_source.user, str(doc.get("session_id") or "?"))
       else:  # a manifest does not say whose it is: a store root's or app folder's users are searched
@@ -453,26 +455,33 @@ def open_location(loc: str, *, blobs: Optional[str] = None):
     return FileSource(path, _blob_location(blobs) if blobs else None)
   if path.is_dir():
     source = _folder(path)
-    source.blob_fallback = _blob_location(blobs) if blobs else _adk_cli_blobs(source)
+    source.blob_fallback = _blob_location(blobs) if blobs else _adk_cli_blobs(source, path)
     return source
   raise LocationError(f"{loc}: no such file, folder or gs:// location")
 
 
-def _adk_cli_blobs(source: "FolderSource") -> Optional[Source]:
+def _adk_cli_blobs(source: "FolderSource", given: Optional[Path] = None) -> Optional[Source]:
   """The input blobs of a store ``adk web`` / ``adk run`` / ``adk api_server`` wrote.
 
   ADK's CLI gives every app its own ``<agents>/<app>/.adk/artifacts`` store,
   so the blobs (saved under their own app name) land in
   ``<agents>/<blob app>/.adk/artifacts`` beside it, not in the manifests' store.
+  The store is looked for along the path as given too (``given``, the
+  location): ADK writes through a symlinked ``.adk``, which resolving hides.
   """
-  root = Path(source.service.root_dir).resolve()
-  if root.name != "artifacts" or root.parent.name != ".adk":
-    return None
-  sibling = root.parent.parent.parent / source.blob_app / ".adk" / "artifacts"
-  if not sibling.is_dir() or sibling == root:
-    return None
   from google.adk.artifacts import FileArtifactService
-  return FolderSource(FileArtifactService(root_dir=str(sibling)), str(sibling))
+  resolved = Path(source.service.root_dir).resolve()
+  roots = [resolved]
+  if given is not None:
+    unresolved = Path(os.path.abspath(given.expanduser()))
+    roots += [p for p in (unresolved, *unresolved.parents) if p.name == "artifacts" and p.parent.name == ".adk"][:1]
+  for root in roots:
+    if root.name != "artifacts" or root.parent.name != ".adk":
+      continue
+    sibling = root.parent.parent.parent / source.blob_app / ".adk" / "artifacts"
+    if sibling.is_dir() and sibling.resolve() != resolved:
+      return FolderSource(FileArtifactService(root_dir=str(sibling)), str(sibling))
+  return None
 
 
 def _blob_location(loc: str) -> Source:

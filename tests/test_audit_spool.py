@@ -189,3 +189,93 @@ def test_half_written_files_of_a_dead_writer_are_swept_after_the_grace(tmp_path)
   spool.collect(grace_s=3600)
   assert [p.exists() for p in stale] == [False, False] and fresh.exists()
   assert spool.paths() == []  # never read as entries either
+
+
+class SlowStore(FlakyStore):
+  """Refuses while ``down``; once back, every save takes ``delay`` seconds."""
+
+  delay: float = 0.0
+
+  async def save_artifact(self, **kw):
+    if not self.down and self.delay:
+      await asyncio.sleep(self.delay)
+    return await super().save_artifact(**kw)
+
+
+async def test_after_an_outage_one_call_waits_at_most_about_its_timeout(tmp_path):
+  """A backlog of spooled manifests was flushed whole before the first call after an outage:
+  11 entries at normal latency kept one model call waiting 6.2 s with a 1 s timeout. Now the
+  flush stops at the timeout and the call's own manifest waits in the spool, after the rest."""
+  svc = SlowStore()
+  writer = recording_writer(spool_dir=tmp_path / "spool", timeout=0.5)
+  runner, plugin, _ = make_run(svc, writer=writer, include_artifacts=False, tools=False)
+  sid = await start_session(runner)
+  texts = turns(18, tools=False)
+  svc.down = True
+  for t in texts[:14]:
+    await say(runner, sid, t)
+  assert len(writer.spool.pending()) == 14
+  svc.down, svc.delay = False, 0.06  # back, with every write slow (each entry still inside the timeout)
+  slowest = 0.0
+  for t in texts[14:]:
+    started = time.monotonic()
+    await say(runner, sid, t)
+    slowest = max(slowest, time.monotonic() - started)
+  assert slowest < 1.2, slowest  # was ~2 s: all 14 spooled entries, before the call's own
+  assert plugin.faults == 0
+  while writer.spool.pending():  # the rest follow, oldest first, as later calls (here: a flush) come
+    rep = await writer.flush(svc, wait=5)
+    assert not rep.errors, rep.errors
+  stored = await _versions(svc, sid)
+  assert [d["pack_id"] for d in stored] == [d["pack_id"] for d in writer.documents]
+
+
+async def test_a_late_upload_removes_its_own_spool_entry(tmp_path):
+  """An upload that timed out and landed later left its entry for this writer's next flush;
+  an ``aether-frame flush`` run meanwhile stored that manifest a second time."""
+  svc = FlakyStore()
+  svc._hang = asyncio.Event()
+  writer = recording_writer(spool_dir=tmp_path / "spool", timeout=0.2)
+  runner, _, _ = make_run(svc, writer=writer, include_artifacts=False, tools=False)
+  sid = await start_session(runner)
+  await say(runner, sid, "first question about pricing")
+  assert len(writer.spool.pending()) == 1
+  svc._hang.set()
+  for _ in range(200):  # bounded: the hung upload completes on its own
+    if not writer.spool.pending():
+      break
+    await asyncio.sleep(0.01)
+  assert writer.spool.pending() == []
+  rep = await recording_writer(spool_dir=tmp_path / "spool").flush(svc)  # what the CLI would do now
+  assert (rep.flushed, rep.already_stored) == (0, 0)
+  assert len(await _versions(svc, sid)) == 1
+
+
+async def test_a_held_manifest_dropped_while_its_upload_runs_is_lost_only_if_that_upload_fails(tmp_path, caplog):
+  """Store hanging, spool unwritable, ``max_held=2``: a manifest dropped from memory was counted lost
+  (and logged as such) while its upload was still running, and that upload then stored it anyway."""
+  import logging
+
+  svc = FlakyStore()
+  svc._hang = asyncio.Event()
+  (tmp_path / "not-a-folder").write_text("x")
+  writer = recording_writer(spool_dir=tmp_path / "not-a-folder" / "spool", timeout=0.2, max_held=2)
+  runner, plugin, _ = make_run(svc, writer=writer, include_artifacts=False, tools=False)
+  sid = await start_session(runner)
+  texts = turns(5, tools=False)
+  with caplog.at_level(logging.ERROR, logger="aether_frame.adk.manifest_store"):
+    for t in texts[:4]:
+      await say(runner, sid, t)
+    assert writer.stats["held"] == 2 and writer.stats["lost"] == 1  # call 2: never uploaded, and dropped
+    svc._hang.set()  # the store answers: every upload still running lands
+    for _ in range(200):
+      if len(await _versions(svc, sid)) >= 2:
+        break
+      await asyncio.sleep(0.01)
+    await say(runner, sid, texts[4])
+  # Call 1's upload was running when it was dropped, and landed; call 2 never got an upload: lost.
+  docs = [d["pack_id"] for d in writer.documents]
+  lost = [r.getMessage() for r in caplog.records if " lost: " in r.getMessage()]
+  assert writer.stats["lost"] == 1 and len(lost) == 1 and docs[1] in lost[0]
+  assert [d["pack_id"] for d in await _versions(svc, sid)] == [docs[0], docs[2], docs[3], docs[4]]  # once each, in order
+  assert plugin.faults == 0

@@ -201,6 +201,8 @@ class ManifestWriter:
     there; checked again at most every _KNOWN_TTL."""
     self._known_since = time.monotonic()
     self._orphans: dict[str, asyncio.Task] = {}
+    self._dropped: set[asyncio.Task] = set()
+    """Uploads of manifests dropped from the held buffer that are still running."""
     self._flush_lock: Optional[asyncio.Lock] = None
 
   # ---------------------------------------------------------------- document
@@ -254,8 +256,8 @@ class ManifestWriter:
         self._hold(_Held(service, entry, blobs, "earlier manifests are still held in memory"))
         return None
     if self._pending(entry["store"]):
-      try:
-        await self.flush(service)
+      try:  # bounded: after a long outage the backlog is not this call's to wait for
+        await self.flush(service, budget=self.timeout)
       except Exception as e:  # the spool's lock cannot be taken: its entries wait, so does this one
         self._warn("flush:" + type(e).__name__, "flushing the spool %s failed: %r", self.spool.root, e)
       if self._pending(entry["store"]):
@@ -275,10 +277,27 @@ class ManifestWriter:
     return None
 
   def _adopt(self, path: Path, task: asyncio.Task) -> None:
-    """An upload that timed out may still land: hold the spool lock until it settles."""
+    """An upload that timed out may still land: hold the spool lock until it settles.
+
+    If it lands, its entry goes from the spool then and there (while the lock
+    is still held): left for this writer's next flush, an ``aether-frame flush``
+    run meanwhile would store it a second time.
+    """
     self._orphans[path.name] = task
-    if self.spool.acquire():
-      task.add_done_callback(lambda _t: self.spool.release())
+    if not self.spool.acquire():
+      return
+
+    def settled(t: asyncio.Task) -> None:
+      try:
+        if not t.cancelled() and t.exception() is None:
+          self.spool.remove(path)
+          self._orphans.pop(path.name, None)
+      except Exception as e:  # the entry stays; the next flush finds the upload landed, or dedupes it
+        logger.debug("aether-frame: could not remove the landed spool entry %s: %r", path, e)
+      finally:
+        self.spool.release()
+
+    task.add_done_callback(settled)
 
   def _to_spool(self, service, entry: dict[str, Any], blobs: Mapping[str, bytes], reason: str,
                 task: Optional[asyncio.Task] = None) -> Optional[Path]:
@@ -321,12 +340,25 @@ class ManifestWriter:
                  "(%s) and the spool %s failed too (%r); kept in memory (up to %d) and retried on the next call",
                  _label(held.entry), held.reason, self.spool.root, spool_error, self.max_held, level=logging.ERROR)
     while len(self._held) > self.max_held:
-      lost = self._held.popleft()
-      self.stats["lost"] += 1
-      logger.error("context-pack manifest for %s lost: %d manifests are held in memory while the artifact store and "
-                   "the spool %s both fail; %d lost so far", _label(lost.entry), self.max_held, self.spool.root,
-                   self.stats["lost"])
+      dropped = self._held.popleft()
+      if dropped.task is not None and not dropped.task.done():
+        # Its upload is still running and may land: lost only if it fails.
+        self._dropped.add(dropped.task)
+        dropped.task.add_done_callback(lambda t, e=dropped.entry: self._settle_dropped(t, e))
+        continue
+      self._count_lost(dropped.entry)
     self.stats["held"] = len(self._held)
+
+  def _settle_dropped(self, task: asyncio.Task, entry: dict[str, Any]) -> None:
+    self._dropped.discard(task)
+    if task.cancelled() or task.exception() is not None:
+      self._count_lost(entry)
+
+  def _count_lost(self, entry: dict[str, Any]) -> None:
+    self.stats["lost"] += 1
+    logger.error("context-pack manifest for %s lost: %d manifests are held in memory while the artifact store and "
+                 "the spool %s both fail; %d lost so far", _label(entry), self.max_held, self.spool.root,
+                 self.stats["lost"])
 
   async def _retry_held(self) -> None:
     """Held manifests, oldest first: into the spool if it takes them again, else straight to their store.
@@ -364,8 +396,8 @@ class ManifestWriter:
         self._adopt(path, h.task)
     while self._held:
       h = self._held[0]
-      if h.task is not None or self._pending(h.entry["store"]):
-        break
+      if h.task is not None or self._dropped or self._pending(h.entry["store"]):
+        break  # an earlier manifest's upload may still land: after it, in call order
       task = asyncio.ensure_future(self._store(h.service, h.entry, dedupe=True, blobs=h.blobs))
       done, _ = await asyncio.wait({task}, timeout=self.timeout)
       if task not in done:
@@ -528,13 +560,17 @@ class ManifestWriter:
     return out
 
   # ------------------------------------------------------------------- flush
-  async def flush(self, service, *, wait: float = 0.0, store: Optional[str] = None) -> FlushReport:
+  async def flush(self, service, *, wait: float = 0.0, store: Optional[str] = None,
+                  budget: Optional[float] = None) -> FlushReport:
     """Uploads this store's spooled writes, oldest first; stops at the first failure.
 
     ``wait`` gives a still-running earlier attempt that long to finish;
-    ``store`` picks entries spooled for another store URI (``flush --to``).
+    ``store`` picks entries spooled for another store URI (``flush --to``);
+    ``budget``: seconds the whole flush may take (a model call flushing before
+    its own write stops there and spools its manifest after the rest).
     """
     report = FlushReport()
+    deadline = None if budget is None else time.monotonic() + budget
     if self.spool is None:
       return report
     if self._flush_lock is None:
@@ -559,6 +595,12 @@ class ManifestWriter:
           report.busy = True
           return report
         for path in self.spool.pending(store):
+          left = None if deadline is None else deadline - time.monotonic()
+          if left is not None and left <= 0:
+            break
+          if not path.exists():  # a late upload landed meanwhile and took its entry
+            report.already_stored += 1
+            continue
           orphan = self._orphans.get(path.name)
           if orphan is not None:
             if not orphan.done() and wait > 0:
@@ -566,18 +608,20 @@ class ManifestWriter:
             if not orphan.done():
               report.busy = True
               break  # an earlier attempt may still land; sending again could duplicate it
-            del self._orphans[path.name]
+            self._orphans.pop(path.name, None)  # (its own callback may have settled it already)
             if not orphan.cancelled() and orphan.exception() is None:
-              self.spool.remove(path)  # it landed after all
+              if path.exists():
+                self.spool.remove(path)  # it landed after all
               report.already_stored += 1
               continue
           try:
             entry = self.spool.read(path)
             task = asyncio.ensure_future(self._store(service, entry, dedupe=True, check_refs=store != target))
-            done, _ = await asyncio.wait({task}, timeout=max(self.timeout, wait))
+            limit = max(self.timeout, wait) if left is None else min(max(self.timeout, wait), left)
+            done, _ = await asyncio.wait({task}, timeout=limit)
             if task not in done:
               self._adopt(path, task)
-              report.errors.append(f"{path.name}: no answer within {max(self.timeout, wait):g}s")
+              report.errors.append(f"{path.name}: no answer within {limit:g}s")
               break
             version = task.result()
           except Exception as e:

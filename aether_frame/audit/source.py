@@ -47,7 +47,9 @@ class SessionRef:
 
 
 def _seg(name: str) -> str:
-  return name.replace("%", "%25").replace("/", "%2F")
+  """An id as a location segment: '%' and '/' escaped, and an '@' that ``LOCATION@N`` would read
+  as a version (``job@3``) written %40, so the printed label works as a location."""
+  return re.sub(r"@(?=-?\d+$)", "%40", name.replace("%", "%25").replace("/", "%2F"))
 
 
 @dataclass

@@ -68,3 +68,12 @@ def test_a_lone_manifest_file_and_a_symlinked_dot_adk_find_them_too(tmp_path, ca
   (agents / "testapp" / ".adk").symlink_to(real, target_is_directory=True)
   assert cli.main(["replay", "-q", str(store)]) == 0
   assert "3 calls: 3 identical" in capsys.readouterr().out
+
+
+def test_a_session_id_that_ends_like_a_version_prints_as_a_working_location():
+  from aether_frame.audit.source import SessionRef, split_version
+
+  label = SessionRef("app", "alice@example.com", "job@3").label()
+  assert label == "app/alice@example.com/job%403"  # "job@3" would read as version 3 of session "job"
+  assert split_version(f"gs://bucket/{label}") == (f"gs://bucket/{label}", None)
+  assert split_version(f"gs://bucket/{label}@1") == (f"gs://bucket/{label}", 1)

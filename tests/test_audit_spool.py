@@ -66,13 +66,19 @@ async def test_refused_writes_are_spooled_and_the_next_call_flushes_them_first(t
   assert len(stored) == 6
 
 
-async def test_a_hanging_store_times_out_and_its_late_write_is_not_duplicated(tmp_path):
+async def _hanging(tmp_path):
+  """A store whose saves hang until ``svc._hang`` is set, a writer with a 0.2 s timeout, one call made."""
   svc = FlakyStore()
   svc._hang = asyncio.Event()
   writer = recording_writer(spool_dir=tmp_path / "spool", timeout=0.2)
   runner, plugin, model = make_run(svc, writer=writer, include_artifacts=False, tools=False)
   sid = await start_session(runner)
   await say(runner, sid, "first question about pricing")
+  return svc, writer, runner, model, sid
+
+
+async def test_a_hanging_store_times_out_and_its_late_write_is_not_duplicated(tmp_path):
+  svc, writer, runner, model, sid = await _hanging(tmp_path)
   await say(runner, sid, "second question about latency")
   assert len(writer.spool.pending()) == 2 and len(model.received) == 2
   rep = await writer.flush(svc)
@@ -233,12 +239,7 @@ async def test_after_an_outage_one_call_waits_at_most_about_its_timeout(tmp_path
 async def test_a_late_upload_removes_its_own_spool_entry(tmp_path):
   """An upload that timed out and landed later left its entry for this writer's next flush;
   an ``aether-frame flush`` run meanwhile stored that manifest a second time."""
-  svc = FlakyStore()
-  svc._hang = asyncio.Event()
-  writer = recording_writer(spool_dir=tmp_path / "spool", timeout=0.2)
-  runner, _, _ = make_run(svc, writer=writer, include_artifacts=False, tools=False)
-  sid = await start_session(runner)
-  await say(runner, sid, "first question about pricing")
+  svc, writer, _, _, sid = await _hanging(tmp_path)
   assert len(writer.spool.pending()) == 1
   svc._hang.set()
   for _ in range(200):  # bounded: the hung upload completes on its own

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-import hashlib
 import json
 import itertools
 import math
@@ -32,6 +31,7 @@ from aether_frame.stores._redis_util import enc
 from aether_frame.stores import CorruptDataError
 from aether_frame.stores import RedisMemoryService
 from aether_frame.stores import WorkingMemory
+from aether_frame.retrieval.text import content_hash
 from aether_frame.stores.redis_memory import SCORE_KEY, document_terms
 from tests.fixtures.redis_server import cluster_redis_server  # noqa: F401
 from tests.fixtures.redis_server import redis_server  # noqa: F401
@@ -85,7 +85,7 @@ def check_index(url: str, prefix: str = "aether", app=APP, user=USER):
   sums = r.hgetall(f"{base}:sums")
   assert set(sums) <= set(docs)  # a document stored before digests existed has none until re-added
   for key, digest in sums.items():
-    assert digest.decode() == hashlib.blake2b(docs[key], digest_size=16).hexdigest()
+    assert digest.decode() == content_hash(docs[key].decode())
   for memory_id, listed in r.hgetall(f"{base}:alias").items():  # other sessions' events under one id
     for key in json.loads(listed):
       assert key.encode().startswith(memory_id + b"\x1f") and key.encode() in docs

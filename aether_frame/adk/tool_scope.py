@@ -200,24 +200,22 @@ def scope_tools(llm_request, step_tools: Optional[Sequence[str]], mode: ToolScop
     return ScopedTools(mode=ToolScoping.OFF if step_tools is None else mode, declarations=decls)
   wanted = set(step_tools)
   present = {d.name for d in decls}
-  own = {n for n in present if n not in also_protected and not is_protected(n, llm_request.tools_dict.get(n))}
-  if wanted and not wanted & own:
+  protected = {n for n in present if n in also_protected or is_protected(n, llm_request.tools_dict.get(n))}
+  unknown = sorted(wanted - present)
+  if wanted and not wanted & (present - protected):
     # The step is another agent's (an AgentTool child or a sub-agent inherits the session's
     # state): it names none of this agent's own tools (a framework tool such as
     # transfer_to_agent, which every agent may have, does not count), so it does not scope
     # them. An explicitly empty step does: no tools for anyone.
-    return ScopedTools(mode=mode, declarations=decls, unknown=sorted(wanted - present),
-                       skipped="the step names none of this agent's tools")
-  keep = [d for d in decls
-          if d.name in wanted or d.name in also_protected or is_protected(d.name, llm_request.tools_dict.get(d.name))]
-  removed = sorted(present - {d.name for d in keep})
-  unknown = sorted(wanted - present)
+    return ScopedTools(mode=mode, declarations=decls, unknown=unknown, skipped="the step names none of this agent's tools")
+  kept = (wanted & present) | protected
+  keep = [d for d in decls if d.name in kept]
   if mode is ToolScoping.HARD:
     forced = _forced_names(llm_request.config)
-    callable_after = {d.name for d in keep} & forced if forced else {d.name for d in keep}
+    callable_after = kept & forced if forced else kept
     if forced is not None and not callable_after:  # a forced call outranks the step
       why = (f"no kept tool is in the caller's allowed_function_names {sorted(forced)} (mode ANY)" if forced
              else "the step keeps no function, and the caller's mode ANY forces a call")
       return ScopedTools(mode=mode, declarations=decls, unknown=unknown, skipped=why)
-    return ScopedTools(mode=mode, declarations=keep, removed=removed, unknown=unknown)
-  return ScopedTools(mode=mode, declarations=decls, allowed=sorted({d.name for d in keep}), unknown=unknown)
+    return ScopedTools(mode=mode, declarations=keep, removed=sorted(present - kept), unknown=unknown)
+  return ScopedTools(mode=mode, declarations=decls, allowed=sorted(kept), unknown=unknown)

@@ -24,7 +24,7 @@ from google.adk.memory.memory_entry import MemoryEntry
 from pydantic import ValidationError
 from typing_extensions import override
 
-from ..retrieval.text import cjk_unigrams, tokenize
+from ..retrieval.text import cjk_unigrams, content_hash, tokenize
 from . import _redis_util as ru
 from ._memory_lua import MEMORY_SOURCES
 from .errors import CorruptDataError
@@ -278,7 +278,7 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
         jsons[memory_id] = entry.model_dump_json(exclude_none=True)
       except (ValueError, TypeError) as e:  # pydantic's serialisation errors are ValueErrors
         raise ValueError(f"memory {memory_id!r} cannot be stored as JSON (nothing was written): {e}") from e
-    sums = {memory_id: _digest(text) for memory_id, text in jsons.items()}
+    sums = {memory_id: content_hash(text) for memory_id, text in jsons.items()}
     # The after_agent_callback pattern re-adds the whole session every turn: only
     # what changed is tokenised and sent (the script would skip the rest anyway).
     unchanged = await self._stored_sums(keys, sums)
@@ -363,10 +363,6 @@ def document_terms(text: str) -> list[str]:
   """A memory's index terms: ``tokenize``'s, plus the single characters of its CJK runs,
   so a one-character query (雨, 猫, 집) finds the memories that say it."""
   return tokenize(text) + cjk_unigrams(text)
-
-
-def _digest(text: str) -> str:
-  return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _unix_time(entry: MemoryEntry) -> float:

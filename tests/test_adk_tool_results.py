@@ -1,6 +1,6 @@
 """Tool results that are not plain JSON, through a real Runner.
 
-A tool may return a datetime, NaN, bytes or a ``Part`` (ADK's
+A tool may return a datetime, NaN, bytes, a ``Part`` or text with a lone surrogate (ADK's
 ``MultimodalToolResultsPlugin`` leaves text parts inside the response). The
 provider is sent their JSON dump; the plugin read the raw values for a
 group's text, plain ``json.dumps`` refused them, and since the result stays in
@@ -27,6 +27,8 @@ RESULTS = {
     "datetime": lambda: {"at": datetime.datetime(2024, 1, 1, 9, 30)},
     "nan": lambda: {"score": float("nan"), "rest": float("inf")},
     "bytes": lambda: {"blob": b"\x00\x01binary"},
+    # os.listdir of a name that is not UTF-8: a lone surrogate, no UTF-8 form.
+    "surrogate": lambda: {"files": [b"report-\xe9t\xe9.txt".decode("utf-8", "surrogateescape"), "half \ud83d emoji"]},
 }
 
 

@@ -71,7 +71,8 @@ def contents_tokens(contents: Sequence[types.Content], counter: TokenCounter) ->
 
 
 def fingerprint(content: types.Content) -> str:
-  return hashlib.blake2b(canonical_json(content_dict(content)).encode(), digest_size=10).hexdigest()
+  # surrogatepass: a tool's text may hold a lone surrogate (``os.fsdecode``, half an emoji).
+  return hashlib.blake2b(canonical_json(content_dict(content)).encode("utf-8", "surrogatepass"), digest_size=10).hexdigest()
 
 
 def has_response(content: types.Content) -> bool:
@@ -337,7 +338,7 @@ def memory_items(memories: Sequence[Any], *, kind: str = "memory") -> list[Item]
   for n, m in enumerate(memories):
     text = _text_of(m.content) if getattr(m, "content", None) else ""
     ts = _parse_ts(getattr(m, "timestamp", None))
-    mid = getattr(m, "id", None) or hashlib.blake2b(f"{ts}|{text}".encode(), digest_size=8).hexdigest()
+    mid = getattr(m, "id", None) or hashlib.blake2b(f"{ts}|{text}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     out.append(Item(
         id=f"{kind}:{mid}",
         layer=Layer.MEMORY,

@@ -119,7 +119,7 @@ def context_items(rb: Rebuilt) -> dict[str, dict[str, tuple[str, int]]]:
 def cache_break(a: Rebuilt, b: Rebuilt) -> CacheBreak:
   seg_a, seg_b = segments_of(a.inputs, a.pack), segments_of(b.inputs, b.pack)
   ta, tb = "".join(t for _, t in seg_a), "".join(t for _, t in seg_b)
-  ba, bb = ta.encode("utf-8"), tb.encode("utf-8")
+  ba, bb = ta.encode("utf-8", "surrogatepass"), tb.encode("utf-8", "surrogatepass")
   common = common_prefix_len(ba, bb)
   identical = ba == bb
   counter = b.counter

@@ -17,7 +17,7 @@ from collections import ChainMap, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from ..core.canonical import canonical_json
+from ..core.canonical import canonical_bytes
 from ..core.compiler import CallInputs, CompileInput, recorded_call_exclusions
 from ..core.items import Item
 from ..core.manifest import ManifestIntegrityError
@@ -45,7 +45,7 @@ def blob_key(data: bytes) -> str:
 
 
 def _encode(value: Any) -> tuple[str, bytes]:
-  data = canonical_json(value).encode("utf-8")
+  data = canonical_bytes(value)
   return blob_key(data), data
 
 

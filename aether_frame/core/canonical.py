@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from json.encoder import encode_basestring as _json_string
 from typing import Any
 
@@ -13,6 +14,23 @@ def canonical_json(value: Any) -> str:
   return json.dumps(
       value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
   )
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def canonical_bytes(value: Any) -> bytes:
+  """``canonical_json(value)`` as UTF-8, for storage.
+
+  A lone surrogate (a tool's ``os.fsdecode`` name, half an emoji) has no
+  UTF-8 form: it is written as its JSON ``\\u`` escape, which loads back as
+  the same string. Text without one is unchanged.
+  """
+  text = canonical_json(value)
+  try:
+    return text.encode("utf-8")
+  except UnicodeEncodeError:
+    return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text).encode("utf-8")
 
 
 def canonical_parts_json(parts: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .canonical import canonical_json, digest
+from .canonical import canonical_bytes, digest
 
 RUNTIME_KEY = "runtime"
 CHECKSUM_KEY = "checksum"
@@ -44,4 +44,4 @@ def verify(doc: dict[str, Any], *, where: str = "manifest") -> dict[str, Any]:
 
 
 def dumps(doc: dict[str, Any]) -> bytes:
-  return canonical_json(doc).encode("utf-8")
+  return canonical_bytes(doc)

@@ -96,7 +96,7 @@ def locate(segments: Sequence[tuple[str, str]], byte_offset: int) -> tuple[int, 
   """(index, what) of the segment holding ``byte_offset``; (len, "end") past the end."""
   pos = 0
   for i, (what, text) in enumerate(segments):
-    pos += len(text.encode("utf-8"))
+    pos += len(text.encode("utf-8", "surrogatepass"))
     if byte_offset < pos:
       return i, what
   return len(segments), "end"

@@ -152,3 +152,21 @@ async def test_an_inline_wav_is_costed_by_its_length_and_the_history_makes_room(
   doc = (await manifests(runner, session.id))[-1]
   assert doc["layers"]["task"]["used"] >= 9_600
   assert sent.contents[-1].parts[-1].inline_data.data == voice.inline_data.data  # the audio itself is sent
+
+
+def test_media_without_a_mime_type_is_costed_by_what_the_part_shows():
+  """Gemini takes a YouTube URL as file_data with no mime type; a clip states its range in
+  video_metadata. Costed as an unknown blob, five minutes of video were 1,290 tokens."""
+  url = "https://www.youtube.com/watch?v=abc123"
+  typed = {"file_data": {"file_uri": url, "mime_type": "video/*"}}
+  bare = {"file_data": {"file_uri": url}}
+  assert count_part(bare, COUNTER) == count_part(typed, COUNTER) == 60 * 263  # the one-minute guess, as video
+  assert count_part({"file_data": {"file_uri": "https://youtu.be/abc123"}}, COUNTER) == 60 * 263
+  clip = {"file_data": {"file_uri": "gs://b/clip"}, "video_metadata": {"start_offset": "60s", "end_offset": "360s"}}
+  assert count_part(clip, COUNTER) == 300 * 263
+  # A file name's extension, from a fixed table (not the machine's mime files).
+  assert count_part({"file_data": {"file_uri": "gs://b/scan.PDF"}}, COUNTER) == 10 * 258
+  assert count_part({"file_data": {"file_uri": "gs://b/talk.mp3?x=1"}}, COUNTER) == 60 * 32
+  # Nothing to go by: the unknown-blob cost, as before.
+  assert count_part({"file_data": {"file_uri": "gs://b/blob"}}, COUNTER) == 1290
+  assert count_part({"file_data": {"file_uri": "https://notyoutube.com/watch"}}, COUNTER) == 1290

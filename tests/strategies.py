@@ -252,17 +252,21 @@ def compile_inputs(draw, *, max_turns: int = 30, windows: Optional[st.SearchStra
   items = draw(call_items())
   inflight: list[Item] = []
   if draw(st.integers(0, 3)) == 0:
-    turn = {"kind": "call", "name": "search_notes", "id": "call_inflight", "args": {"q": "x"}, "response": {"r": draw(prose(1, 4))}}
-    inflight.append(Item(id="inflight:0", layer=Layer.CONVERSATION, role="model", kind="inflight", pinned=True,
-                         parts=[_call_part(turn), _response_part(turn)]))
+    # Some finished steps of a long loop (trimmable), then the latest (pinned).
+    n_steps = draw(st.integers(0, 6))
+    for k in range(n_steps + 1):
+      turn = {"kind": "call", "name": "search_notes", "id": f"call_inflight{k}", "args": {"q": "x"}, "response": {"r": draw(prose(1, 4))}}
+      inflight.append(Item(id=f"inflight:{k}", layer=Layer.CONVERSATION, role="model", kind="inflight", pinned=k == n_steps,
+                           parts=[_call_part(turn), _response_part(turn)]))
   # Small windows on purpose: most examples overflow somewhere, some cannot fit at all.
   if windows is None:
     windows = st.one_of(st.integers(450, 1200), st.integers(1200, 3000), st.integers(3000, 9000), st.sampled_from([1024, 2048, 4096]))
   window = draw(windows)
   max_out = draw(st.none() | st.integers(0, window // 4))
   hint = draw(st.none() | st.sampled_from([h.id for h in history])) if history else None
+  steps_hint = draw(st.none() | st.sampled_from([i.id for i in inflight])) if inflight else None
   call = CallInputs(
-      items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint,
+      items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
       token_scale=draw(st.sampled_from([1.0, 1.0, 1.05, 1.2])),
       now=draw(st.none() | st.just(1.75e9)),
       has_plan=any(i.kind == "goal" for i in items),
@@ -290,7 +294,8 @@ def recount(inp: CompileInput, pack: CompiledPack, counter) -> int:
   overrides = getattr(pack, "tool_overrides", {}) or {}
   total += sum(counter.count(overrides.get(i.meta.get("name", i.id), i.text)) for i in items if i.layer is Layer.TOOLS)
   total += sum(_group_cost(by_id[g], counter) for g in pack.conversation_ids)
-  total += sum(_group_cost(i, counter) for i in inp.call.inflight)
+  sent = set(pack.inflight_ids)
+  total += sum(_group_cost(i, counter) for i in inp.call.inflight if i.id in sent)
   user = next(i for i in items if i.kind == "user_request")
   total += MESSAGE_OVERHEAD + counter.count(pack.payload) + (count_parts(user.parts, counter) if user.parts else 0)
   return total
@@ -424,7 +429,22 @@ def check_accounting(inp: CompileInput, pack: CompiledPack) -> None:
   unpinned = [p for p, h in enumerate(inp.history) if not h.pinned]
   kept_unpinned = [p for p in positions if not inp.history[p].pinned]
   assert kept_unpinned == unpinned[len(unpinned) - len(kept_unpinned):], "kept conversation is not a tail"
-  assert m["tail"]["inflight_ids"] == [i.id for i in inp.call.inflight]
+  # In-flight items: pinned ones always sent; a trimmed one is named by a drop
+  # event and is older than every trimmable one sent.
+  sent = m["tail"]["inflight_ids"]
+  assert sent == list(pack.inflight_ids) == [i.id for i in inp.call.inflight if i.id in set(sent)]
+  trimmable = [i.id for i in inp.call.inflight if not i.pinned]
+  for it in inp.call.inflight:
+    if it.pinned:
+      assert it.id in sent, f"pinned in-flight item {it.id} was not sent"
+    elif it.id not in sent:
+      assert any(ev["stage"] == "drop" for ev in named.get(it.id, ())), f"in-flight item {it.id} vanished"
+      assert rows[it.id]["status"] == "dropped", rows[it.id]
+  kept_trimmable = [i for i in trimmable if i in set(sent)]
+  assert kept_trimmable == trimmable[len(trimmable) - len(kept_trimmable):], "kept in-flight steps are not the newest"
+  if kept_trimmable != trimmable:
+    assert not [g for g in pack.conversation_ids if not next(h for h in inp.history if h.id == g).pinned], \
+        "in-flight steps trimmed while older history was kept"
   # BUDGET names what the drop stage removed.
   budget = parse_budget(payload)
   for layer in ("evidence", "memory"):
@@ -438,7 +458,7 @@ def check_accounting(inp: CompileInput, pack: CompiledPack) -> None:
     # Up to five pointers (fewer only when the window is too tight for them).
     assert len(got["pointers"]) <= min(len(dropped), 5)
     assert got["more"] == len(dropped) - len(got["pointers"])
-  n_conv = sum(1 for h in inp.history if not h.pinned and h.id not in kept)
+  n_conv = sum(1 for h in inp.history if not h.pinned and h.id not in kept) + len(trimmable) - len(kept_trimmable)
   assert budget.get("conversation", {"count": 0})["count"] == n_conv
 
 

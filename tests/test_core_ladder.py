@@ -295,3 +295,49 @@ def test_per_session_memos_stay_the_size_of_one_call():
   per_call = len(_fixed()) + 5
   for memo in (session._call_memo, session._norm_memo):
     assert len(memo._prev) <= per_call and len(memo._cur) <= per_call
+
+
+def _steps(n: int, words: int = 60) -> list[Item]:
+  """Complete tool steps of one long invocation (trimmable: not pinned)."""
+  return [Item(id=f"step{i}", layer=Layer.CONVERSATION, role="model", kind="inflight",
+               parts=[{"function_call": {"id": f"c{i}", "name": "search", "args": {"page": i}}},
+                      {"function_response": {"id": f"c{i}", "name": "search",
+                                             "response": {"text": f"Page {i}. " + "pricing notes " * (words // 2)}}}])
+          for i in range(n)]
+
+
+def test_inflight_steps_are_trimmed_oldest_first_after_history_and_in_chunks():
+  latest = Item(id="latest", layer=Layer.CONVERSATION, role="model", kind="inflight", pinned=True,
+                parts=[{"function_call": {"id": "cz", "name": "search", "args": {}}},
+                       {"function_response": {"id": "cz", "name": "search", "response": {"r": "ok"}}}])
+  steps = _steps(30)
+  inp, pack = _compile(_fixed(), _history(10), window=2600, inflight=[*steps, latest])
+  check_accounting(inp, pack)
+  assert "latest" in pack.inflight_ids and "step0" not in pack.inflight_ids
+  assert pack.inflight_start_id is not None and pack.inflight_start_id in pack.inflight_ids
+  assert "earlier turns omitted" in pack.payload or "omitted" in pack.payload.split("BUDGET", 1)[1]
+  # Replayed from its stored form (pinned=False written out), the same bytes.
+  again = compile_pack(CompileInput.model_validate_json(inp.model_dump_json()), COUNTER)
+  assert again.payload == pack.payload and again.manifest == pack.manifest
+  # The next step of the loop, with the previous cut as its hint: the cut holds
+  # while it fits (the cached prefix survives), and moves only in a chunk.
+  cuts, hint = [], None
+  for n in range(30, 45):
+    steps = _steps(n)
+    call = CallInputs(items=_fixed(), inflight=steps + [latest], window=2600, has_plan=True, inflight_hint=hint)
+    step_inp = CompileInput(policy=PackPolicy(), history=_history(10), call=call)
+    got = compile_pack(step_inp, COUNTER)
+    check_accounting(step_inp, got)
+    hint = got.inflight_start_id
+    cuts.append(hint)
+  moves = sum(1 for a, b in zip(cuts, cuts[1:]) if a != b)
+  assert 1 <= moves <= 5, cuts
+
+
+def test_in_flight_items_must_be_conversation_and_recall_ids_are_reserved():
+  memory_step = Item(id="m", layer=Layer.MEMORY, text="a note")
+  with pytest.raises(ValueError, match="in-flight item 'm' is in layer memory"):
+    _compile(_fixed(), inflight=[memory_step])
+  taken = Item(id="recall:h3", layer=Layer.MEMORY, text="a caller's note")
+  with pytest.raises(ValueError, match="'recall:h3' is reserved"):
+    _compile(_fixed() + [taken], _history(10))

@@ -151,6 +151,7 @@ class _Undo:
   calls: tuple[Any, int]
   lane: tuple
   tail_hint: Optional[str]
+  steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
   prior: dict[str, Any] = field(default_factory=dict)
   written: dict[str, Any] = field(default_factory=dict)
 
@@ -172,6 +173,8 @@ class _SessionCache:
   watched: list[int] = field(default_factory=list)
   """History positions ADK may rewrite in place on a later call (see ``_carries_skill_body``)."""
   tail_hint: Optional[str] = None
+  steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
+  """(invocation id, oldest trimmable in-flight step kept): the in-flight cut's hysteresis."""
   calls: OrderedDict = field(default_factory=OrderedDict)
   """id(actions) -> ``_Sent`` of the key's latest packed calls, kept for all their
   responses: two invocations of one session can each have a call out at once."""
@@ -420,6 +423,7 @@ class ContextPackPlugin(BasePlugin):
         else:
           state[key] = old
     cache.tail_hint = undo.tail_hint
+    cache.steps_hint = undo.steps_hint
     old_tail = undo.prior.get(TAIL_KEY_PREFIX + undo.lane[3], _MISSING)
     if old_tail is _MISSING:
       self._tail_written.pop(undo.lane, None)
@@ -683,7 +687,6 @@ class ContextPackPlugin(BasePlugin):
       items.extend(memory_hits)
     replaced, preload_notes = await _settle_preload(preload, memories, contents, counter)
     transient |= set(preload) - replaced
-    placed = instructions | transient | task_input
     if self.working_memory is not None:
       s = ctx.session
       notes = await self.working_memory.list_notes(s.app_name, s.user_id, s.id, plan.step_id if plan else None)
@@ -701,9 +704,17 @@ class ContextPackPlugin(BasePlugin):
                for n, i in enumerate(sorted(transient))]
     pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter, kind="task_input"))
                for n, i in enumerate(sorted(task_input))]
-    for s, e in sources.group_spans(inflight_contents):
+    positions = {it.id: [i] for i, it in pinned}
+    # The invocation's own steps: a long tool loop or LoopAgent run may outgrow
+    # the window, so complete steps may be trimmed (oldest first, once older
+    # history is gone); the latest step and open calls stay.
+    spans = sources.group_spans(inflight_contents)
+    for n, (s, e) in enumerate(spans):
       it = sources.group_item(inflight_contents, (s, e), counter, None, inflight_fps)
-      pinned.append((inflight_at[s], it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": True, "kind": "inflight"})))
+      keep_step = it.pinned or n == len(spans) - 1
+      it = it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": keep_step, "kind": "inflight"})
+      pinned.append((inflight_at[s], it))
+      positions[it.id] = inflight_at[s:e]
     inflight = [it for _, it in sorted(pinned, key=lambda x: x[0])]
 
     model = llm_request.model or ""
@@ -713,8 +724,9 @@ class ContextPackPlugin(BasePlugin):
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     tail_key, lane = TAIL_KEY_PREFIX + agent, self._key(ctx)[:4]
     hint = self._tail_hint(cache, lane, state.get(tail_key))
+    steps_hint = cache.steps_hint[1] if cache.steps_hint[0] == ctx.invocation_id else None
     call = CallInputs(
-        items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint,
+        items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
         problems=[f"{where} left out: {why}" for where, why in read.rejected.items()],
         meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model},
@@ -728,7 +740,7 @@ class ContextPackPlugin(BasePlugin):
 
     # REWRITE: build everything first, assign last, so a fault leaves the request untouched.
     # Everything kept stays in its original order, the payload in the user turn's place.
-    keep = placed | set(inflight_at)
+    keep = {i for iid in pack.inflight_ids for i in positions[iid]}
     kept = set(keep)
     for gid in pack.conversation_ids:
       s, e = cache.compiler.history_group(gid).meta["span"]
@@ -767,8 +779,10 @@ class ContextPackPlugin(BasePlugin):
     self._note_allowed(ctx, scoped)
     calls = _llm_calls(ctx)
     undo = None if calls is None else _Undo(
-        calls, lane, cache.tail_hint, prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY)})
+        calls, lane, cache.tail_hint, prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY)},
+        steps_hint=cache.steps_hint)
     cache.tail_hint = pack.tail_start_id
+    cache.steps_hint = (ctx.invocation_id, pack.inflight_start_id)
     payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
     _hold_cache_creation(llm_request, payload_at)
     before = getattr(llm_request, "cache_metadata", None)

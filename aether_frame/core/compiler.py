@@ -42,6 +42,9 @@ class CallInputs(BaseModel):
   ``parts`` carry the user's non-text parts). ``inflight`` holds the
   current invocation's steps after the user turn (tool calls and results),
   and pinned contents the request carries elsewhere (``meta[PLACEMENT]``).
+  In-flight items marked ``pinned`` are always sent; the others (complete
+  steps of a long tool loop or ``LoopAgent`` run) may be trimmed, oldest
+  first, once no older history is left to trim.
   """
 
   model_config = ConfigDict(extra="forbid")
@@ -52,6 +55,8 @@ class CallInputs(BaseModel):
   max_output_tokens: Optional[int] = Field(default=None, ge=0)
   tail_hint: Optional[str] = None
   """Id of the oldest history group the previous call kept (hysteresis)."""
+  inflight_hint: Optional[str] = None
+  """Id of the oldest trimmable in-flight step the previous call kept (hysteresis)."""
   token_scale: float = Field(default=1.0, ge=1e-6, le=1e6, allow_inf_nan=False)
   """Calibration: actual/estimated tokens, margin included (the calibrator bounds it)."""
   now: Optional[float] = Field(default=None, ge=MIN_TIMESTAMP, le=MAX_TIMESTAMP, allow_inf_nan=False)
@@ -65,9 +70,14 @@ class CallInputs(BaseModel):
 
 def recorded_call_exclusions(call: CallInputs) -> set[str]:
   """Fields of ``call`` kept out of its recorded scalars: the item lists (hashed or
-  stored on their own) and an empty ``problems``, which older inputs did not have,
-  so their input hashes and stored inputs are unchanged."""
-  return {"items", "inflight"} if call.problems else {"items", "inflight", "problems"}
+  stored on their own), and an empty ``problems`` and ``inflight_hint``, which
+  older inputs did not have, so their input hashes and stored inputs are unchanged."""
+  out = {"items", "inflight"}
+  if not call.problems:
+    out.add("problems")
+  if call.inflight_hint is None:
+    out.add("inflight_hint")
+  return out
 
 
 class CompileInput(BaseModel):
@@ -96,6 +106,10 @@ class CompiledPack:
   tokens: int
   valid: bool
   problems: list[str] = field(default_factory=list)
+  inflight_ids: list[str] = field(default_factory=list)
+  """The in-flight items sent, in order (all of them unless trimmable ones were trimmed)."""
+  inflight_start_id: Optional[str] = None
+  """The oldest trimmable in-flight step kept: the next call's ``inflight_hint``."""
 
 
 _DIGEST_MEMO = BoundedMemo(4096)
@@ -355,15 +369,21 @@ class CompilerSession:
     for it in items:  # the payload has no place for these: they were charged and reported included, never sent
       if it.layer is Layer.CONVERSATION:
         raise ValueError(f"call item {it.id!r} is in layer conversation; pass turns as history or inflight")
+      if it.id.startswith("recall:"):
+        raise ValueError(f"call item id {it.id!r} is reserved: 'recall:' ids name recalled history turns")
       if it.layer is Layer.TASK and it.kind != "user_request" and it.kind not in render.TASK_KINDS:
         raise ValueError(f"task item {it.id!r} has kind {it.kind!r}; expected 'user_request' or one of {list(render.TASK_KINDS)}")
+    for it in call.inflight:
+      if it.layer is not Layer.CONVERSATION:
+        raise ValueError(f"in-flight item {it.id!r} is in layer {it.layer.value}, expected conversation")
     seen_ids: set[str] = set()
     for it in [*items, *call.inflight]:
       if it.id in seen_ids or it.id in self._pos:
         raise ValueError(f"duplicate item id {it.id!r}")
       seen_ids.add(it.id)
     items, item_digests = self._costed_call_items(items)
-    inflight = self._costed_messages(call.inflight, pinned=True)
+    inflight = self._costed_messages(call.inflight)
+    trimmable = [it for it in inflight if not it.pinned]
 
     # The fence depends on the payload's own inputs only, so the payload stays
     # byte-identical across the tool steps of one invocation; content cannot
@@ -440,8 +460,22 @@ class CompilerSession:
       eff["conversation"] = max(0, eff["conversation"] - 8)
 
     # SELECT + COMPRESS + DROP, conversation first (its tail decides which
-    # recall hits are already visible), then the ladder's order.
-    tail_start, tail_events = self._tail(call.tail_hint, eff["conversation"] - sum(i.tokens for i in inflight))
+    # recall hits are already visible), then the ladder's order. History is
+    # older than any in-flight step: it goes first, then trimmable steps.
+    conversation_budget = eff["conversation"] - sum(i.tokens for i in inflight if i.pinned)
+    tail_start, tail_events = self._tail(call.tail_hint, conversation_budget - sum(i.tokens for i in trimmable))
+    cut, inflight_events = self._inflight_cut(trimmable, call.inflight_hint, conversation_budget - self._tail_cost(tail_start))
+    if cut and tail_start < len(self.history):
+      # Older turns never stay while newer steps go (a hint may say steps were trimmed).
+      tail_events.append(self._range_event(tail_start, len(self.history), "older conversation, trimmed before in-flight steps"))
+      tail_start = len(self.history)
+      cut, inflight_events = self._inflight_cut(trimmable, call.inflight_hint, conversation_budget - self._tail_cost(tail_start))
+    tail_events += inflight_events
+    for ev in inflight_events:
+      for iid in ev["item_ids"]:
+        statuses[iid] = {"status": "dropped", "reason": ev["reason"]}
+    dropped_steps = {i.id for i in trimmable[:cut]}
+    sent = [i for i in inflight if i.id not in dropped_steps]
     # Recall hits only: a caller's memory item may carry its own "group_id" meta.
     ranked_memory = [m for m in ranked_memory if m.kind != "recall" or not self._in_tail(m.meta.get("group_id"), tail_start)]
     memory_sel = self._ladder_layer(Layer.MEMORY, ranked_memory, eff["memory"], query, events, statuses)
@@ -449,7 +483,7 @@ class CompilerSession:
     # Budget a layer left unused flows to the others (payload layers only:
     # re-admitting old turns would move the cached prefix).
     spare = eff["memory"] - memory_sel.used + eff["evidence"] - evidence_sel.used
-    spare += max(0, eff["conversation"] - self._tail_cost(tail_start) - sum(i.tokens for i in inflight))
+    spare += max(0, eff["conversation"] - self._tail_cost(tail_start) - sum(i.tokens for i in sent))
     spare += alloc.unallocated
     received = {"evidence": 0, "memory": 0}
     if spare > 0:
@@ -467,7 +501,8 @@ class CompilerSession:
     pointers = render.MAX_BUDGET_POINTERS
     for _ in range(_MAX_VALIDATE_ROUNDS):
       payload, totals = self._assemble(
-          by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc, fence, statuses, pointers
+          by_layer, tools, evidence_sel, memory_sel, user_request, sent, tail_start, alloc, fence, statuses, pointers,
+          steps_dropped=cut,
       )
       if totals["total"] <= alloc.usable:
         break
@@ -481,6 +516,11 @@ class CompilerSession:
         if nxt < len(self.history):
           events.append(self._range_event(nxt, nxt + 1, "validate: rendered pack over budget"))
           tail_start = nxt + 1
+          continue
+        if cut < len(trimmable):
+          self._event(events, statuses, "drop", "conversation", [trimmable[cut]], "validate: rendered pack over budget")
+          sent = [i for i in sent if i.id != trimmable[cut].id]
+          cut += 1
           continue
         raise ContextBudgetExhausted(
             "nothing left to drop and the rendered pack is still over budget",
@@ -501,7 +541,7 @@ class CompilerSession:
       self._views = [r for r in self._views if r() is not None]
     self._views.append(weakref.ref(conversation_ids))
     manifest = self._manifest(
-        call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
+        call, alloc, items, inflight, sent, evidence_sel, memory_sel, recall, events, statuses,
         input_sha, payload, self._conversation_digest(pinned_before, tail_start), len(conversation_ids),
         tail_start, totals, problems,
     )
@@ -520,6 +560,8 @@ class CompilerSession:
         tokens=totals["total"],
         valid=not problems,
         problems=problems,
+        inflight_ids=[i.id for i in sent],
+        inflight_start_id=trimmable[cut].id if cut < len(trimmable) else None,
     )
 
   # ---------------------------------------------------------------- helpers
@@ -590,12 +632,12 @@ class CompilerSession:
     }
     pinned_hist = sum(self.history[p].tokens for p in self._pinned)
     pinned = {
-        Layer.CONVERSATION: sum(i.tokens for i in inflight) + pinned_hist,
+        Layer.CONVERSATION: sum(i.tokens for i in inflight if i.pinned) + pinned_hist,
         Layer.EVIDENCE: sum(i.tokens for i in evidence if i.pinned),
         Layer.MEMORY: sum(i.tokens for i in memory if i.pinned),
     }
     demands = {
-        Layer.CONVERSATION: self._cum[-1] - pinned_hist,
+        Layer.CONVERSATION: self._cum[-1] - pinned_hist + sum(i.tokens for i in inflight if not i.pinned),
         Layer.EVIDENCE: sum(i.tokens for i in evidence if not i.pinned) + self._overheads(evidence, False, fence),
         Layer.MEMORY: sum(i.tokens for i in memory if not i.pinned) + self._overheads(memory, False, fence),
     }
@@ -769,6 +811,38 @@ class CompilerSession:
     events.append(self._range_event(start, new_start, "older conversation, chunked trim to the low-water mark"))
     return new_start, events
 
+  def _inflight_cut(self, steps: list[Item], hint: Optional[str], budget: int) -> tuple[int, list[dict[str, Any]]]:
+    """How many of the oldest trimmable in-flight ``steps`` to drop, as ``_tail`` trims
+    history: the previous cut while it fits, else down to the low-water mark in one go,
+    so a long loop's cached prefix breaks in rare chunks."""
+    if not steps:
+      return 0, []
+    ids = [i.id for i in steps]
+    start = ids.index(hint) if hint in ids else 0
+    suffix = [0] * (len(steps) + 1)
+    for k in range(len(steps) - 1, -1, -1):
+      suffix[k] = suffix[k + 1] + steps[k].tokens
+    cut = start
+    if suffix[start] > budget:
+      def first_within(limit: int) -> int:
+        return next(k for k in range(start, len(steps) + 1) if suffix[k] <= max(0, limit))
+      cut = first_within(math.floor(budget * self.policy.trim_low_water))
+      if cut > max(0, len(steps) - self.policy.recent_turns):
+        cut = first_within(budget)
+    events: list[dict[str, Any]] = []
+    if start:
+      events.append(self._steps_event(steps[:start], "in-flight steps, trimmed in an earlier call (kept out for cache stability)"))
+    if cut > start:
+      events.append(self._steps_event(steps[start:cut], "in-flight steps, chunked trim to the low-water mark"))
+    return cut, events
+
+  @staticmethod
+  def _steps_event(steps: Sequence[Item], reason: str) -> dict[str, Any]:
+    return {
+        "stage": "drop", "layer": "conversation", "reason": reason,
+        "item_ids": [i.id for i in steps], "pointers": [i.pointer() for i in steps], "tokens": sum(i.tokens for i in steps),
+    }
+
   def _first_fitting(self, budget: int) -> int:
     """Smallest start whose tail (plus earlier pinned groups) fits ``budget``."""
     n = len(self.history)
@@ -877,7 +951,8 @@ class CompilerSession:
         return True
     return False
 
-  def _assemble(self, by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc: Allocation, fence, statuses, pointers):
+  def _assemble(self, by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc: Allocation, fence, statuses, pointers,
+                steps_dropped: int = 0):
     evidence = list(reversed(evidence_sel.kept))  # best last, nearest the request
     memory = sorted(memory_sel.kept, key=lambda i: (i.provenance.timestamp or 0.0, i.id))
     omitted: dict[str, list[str]] = {}
@@ -886,7 +961,7 @@ class CompilerSession:
       gone = [i for i in sel.dropped if i.kind != "recall"]
       counts[name] = len(gone)
       omitted[name] = [i.pointer() for i in gone]
-    counts["conversation"] = tail_start - sum(1 for p in self._pinned if p < tail_start)
+    counts["conversation"] = tail_start - sum(1 for p in self._pinned if p < tail_start) + steps_dropped
     system_tokens = sum(i.tokens for i in by_layer[Layer.SYSTEM])
     tool_tokens = sum(i.tokens for i in tools)
     tail_tokens = self._tail_cost(tail_start)
@@ -946,7 +1021,7 @@ class CompilerSession:
       problems.append("step has no acceptance checklist")
     return problems
 
-  def _manifest(self, call, alloc, items, inflight, evidence_sel, memory_sel, recall, events, statuses,
+  def _manifest(self, call, alloc, items, inflight, sent, evidence_sel, memory_sel, recall, events, statuses,
                 input_sha, payload, conversation_sha, kept, tail_start, totals, problems) -> dict[str, Any]:
     layers = {}
     for name in ("system", "task", "tools", "evidence", "memory", "conversation"):
@@ -1039,7 +1114,7 @@ class CompilerSession:
             "start": tail_start,
             "start_id": self.history[tail_start].id if tail_start < len(self.history) else None,
             "kept": kept,
-            "inflight_ids": [i.id for i in inflight],
+            "inflight_ids": [i.id for i in sent],
         },
         "items": rows + pinned_rows,
         "truncation_events": events,

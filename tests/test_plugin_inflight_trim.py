@@ -1,0 +1,106 @@
+"""One invocation that outgrows the window on its own, through a real Runner.
+
+Everything after the invocation's user turn was an in-flight step, pinned and
+never trimmed: a ``LoopAgent`` iterating in one invocation (or a long tool
+loop) grew until the pinned steps alone overflowed the window, and from then
+on every call faulted and went out unpacked, at twice the window. Complete
+steps are now trimmed oldest first (after older history), in chunks, while
+the payload stays on the user turn and the latest step and open calls stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import warnings
+
+from google.adk.agents import LlmAgent, LoopAgent
+from google.adk.artifacts import FileArtifactService
+
+from aether_frame.adk.guard import check_request
+from aether_frame.adk.plugin import ContextPackPlugin
+from aether_frame.audit.replay import replay
+from aether_frame.audit.source import open_location
+from aether_frame.offline_model import OfflineLlm, tool_call
+from aether_frame.tokenizers import get_counter
+from tests.adk_support import fits, make_runner, manifests, new_session, payload_of, say
+
+WINDOW = 8192
+
+
+def _pack_text(req) -> str:
+  return next(p.text for c in req.contents for p in c.parts or () if (p.text or "").startswith("CONTEXT PACK v1"))
+
+
+def _sent_steps(doc) -> list[str]:
+  return [i for i in doc["tail"]["inflight_ids"] if i.startswith("inflight:")]
+
+
+def test_a_long_loop_agent_run_is_trimmed_in_chunks_and_stays_packed(tmp_path):
+  async def go():
+    writer_model = OfflineLlm(default="Draft revision: " + "the harbour design gains berths and cranes. " * 20)
+    critic_model = OfflineLlm(default="Critique: " + "needs more on tides and dredging depth. " * 20)
+    writer = LlmAgent(name="writer", model=writer_model, instruction="Improve the draft.")
+    critic = LlmAgent(name="critic", model=critic_model, instruction="Critique the draft.")
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      loop = LoopAgent(name="loop", sub_agents=[writer, critic], max_iterations=30)
+    plugin = ContextPackPlugin(window=WINDOW)
+    runner = make_runner(loop, [plugin], artifact_service=FileArtifactService(str(tmp_path / "store")))
+    s = await new_session(runner)
+    await say(runner, s.id, "Design a harbour.")
+    assert plugin.faults == 0
+    docs = await manifests(runner, s.id)
+    assert len(docs) == 60  # every call packed
+    for model in (writer_model, critic_model):
+      assert len(model.received) == 30
+      for req in model.received:
+        assert "Design a harbour." in _pack_text(req).rsplit("USER REQUEST (VERBATIM):\n", 1)[1]
+        fits(req, WINDOW, docs[0]["reserve"])
+        assert check_request(req.contents, req.config, get_counter(), usable=10**9).ok
+    for agent in ("writer", "critic"):
+      mine = [d for d in docs if d["agent"] == agent]
+      dropped = [e for e in mine[-1]["truncation_events"] if e["layer"] == "conversation" and "in-flight" in e["reason"]]
+      assert dropped and sum(len(e["item_ids"]) for e in dropped) >= 10  # older iterations left, named
+      rows = {r["id"]: r for r in mine[-1]["items"]}
+      assert all(rows[i]["status"] == "dropped" for e in dropped for i in e["item_ids"])
+      # Chunks: the oldest step sent moves on a few calls, not on every one.
+      firsts = [_sent_steps(d)[0] for d in mine if _sent_steps(d)]
+      moves = sum(1 for a, b in zip(firsts, firsts[1:]) if a != b)
+      assert 1 <= moves <= len(mine) // 3, moves
+    reports = await replay(open_location(str(tmp_path / "store")))
+    assert [r.status for r in reports] == ["identical"] * 60
+  asyncio.run(go())
+
+
+def test_a_long_tool_loop_keeps_its_open_step_and_trims_finished_ones():
+  counter = itertools.count()
+
+  def reply(req):
+    n = next(counter)
+    return tool_call("fetch_page", {"page": n}, f"c{n}") if n < 40 else "All pages read."
+
+  def fetch_page(page: int) -> dict:
+    """Returns one page of the report."""
+    return {"page": page, "text": f"Page {page}: " + "quarterly figures and their notes. " * 30}
+
+  async def go():
+    model = OfflineLlm(default=reply)
+    agent = LlmAgent(name="reader", model=model, instruction="Read the report.", tools=[fetch_page])
+    plugin = ContextPackPlugin(window=WINDOW)
+    runner = make_runner(agent, [plugin])
+    s = await new_session(runner)
+    await say(runner, s.id, "Read the whole report.")
+    assert plugin.faults == 0
+    assert len(model.received) == 41
+    docs = await manifests(runner, s.id)
+    for req, doc in zip(model.received, docs):
+      fits(req, WINDOW, doc["reserve"])
+      assert check_request(req.contents, req.config, get_counter(), usable=10**9).ok
+      # The latest step (the call just answered) is always sent, right after its call.
+      last = req.contents[-1].parts[0].function_response
+      if last is not None:
+        assert req.contents[-2].parts[0].function_call.id == last.id
+    assert any("in-flight" in e["reason"] for e in docs[-1]["truncation_events"])
+    assert "omitted" in _pack_text(model.received[-1]).split("BUDGET", 1)[1].split("\n", 2)[1]
+  asyncio.run(go())

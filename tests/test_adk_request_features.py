@@ -373,9 +373,8 @@ async def test_max_llm_calls_mid_tool_loop_leaves_no_manifest_or_estimate_for_th
   assert len(model.received) == 2
   docs = await manifests(runner, s.id)
   assert len(docs) == 2, "no manifest for the refused call"
-  (cache,) = plugin._sessions.values()
   # One record per call that went out, each answered; none for the refused call.
-  assert len(cache.calls) == 2 and all(c.observed for c in cache.calls.values())
+  assert len(plugin._calls) == 2 and all(c.observed for c in plugin._calls.values())
   state = (await _session(runner, s.id)).state
   assert state[LAST_PACK_KEY]["version"] == 1 and state[LAST_PACK_KEY]["pack_id"] == docs[-1]["pack_id"]
   assert state[CALIBRATION_KEY]["models"]["offline-model"]["samples"] == 2

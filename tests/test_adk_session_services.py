@@ -311,7 +311,7 @@ async def _blocked_turn_is_taken_back(storage, where: str):
   assert after[CALIBRATION_KEY] == before[CALIBRATION_KEY]
   assert LAST_FAULT_KEY not in after and plugin.faults == 0
   (cache,) = plugin._sessions.values()
-  assert all(c.observed for c in cache.calls.values()), "the blocked call's record was taken back"
+  assert all(c.observed for c in plugin._calls.values()), "the blocked call's record was taken back"
   assert cache.tail_hint == before[TAIL_KEY]
   # Pinned: the unsent pack's manifest stays stored (no artifact version can be
   # withdrawn) and its event records the save; no pointer names it.

@@ -113,5 +113,4 @@ async def test_concurrent_calls_of_one_key_are_each_calibrated_and_release_their
   await asyncio.gather(say(runner, session.id, "first message"), second())
   assert len(model.received) == 3
   assert plugin.calibrator.snapshot("offline-model")["samples"] == 3
-  (cache,) = plugin._sessions.values()
-  assert len(cache.calls) == 3 and all(c.request is None and c.observed for c in cache.calls.values())
+  assert len(plugin._calls) == 3 and all(c.request is None and c.observed for c in plugin._calls.values())

@@ -16,6 +16,7 @@ import asyncio
 import collections
 import logging
 import math
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -203,7 +204,11 @@ class ManifestWriter:
     self._orphans: dict[str, asyncio.Task] = {}
     self._dropped: set[asyncio.Task] = set()
     """Uploads of manifests dropped from the held buffer that are still running."""
-    self._flush_lock: Optional[asyncio.Lock] = None
+    self._flush_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+    """One per event loop: an asyncio lock shared by two loops (sync ``Runner.run`` in
+    several threads) left a waiter asleep for good and broke every later flush."""
+    self._flushing = threading.Lock()
+    """Held, never waited on, while a flush runs: a loop in another thread finds it busy."""
 
   # ---------------------------------------------------------------- document
   def prepare(self, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None,
@@ -573,69 +578,83 @@ class ManifestWriter:
     deadline = None if budget is None else time.monotonic() + budget
     if self.spool is None:
       return report
-    if self._flush_lock is None:
-      self._flush_lock = asyncio.Lock()
     target = store_uri(service)
     store = store or target
-    async with self._flush_lock:
-      if self._held:
-        await self._retry_held()
-      report.held = len(self._held)
-      try:  # an unwritable spool: say so, in the report, instead of raising out of the agent's call
-        if self.spool.acquire():
-          self.spool.release()
-      except OSError as e:
-        report.errors.append(f"spool {self.spool.root} cannot be used: {type(e).__name__}: {e}")
+    loop = asyncio.get_running_loop()
+    lock = self._flush_locks.get(loop)
+    if lock is None:
+      lock = self._flush_locks[loop] = asyncio.Lock()
+    async with lock:
+      if not self._flushing.acquire(blocking=False):
+        report.busy = True
         report.pending = len(self._pending(store))
+        report.errors.append("another thread of this process is flushing this spool")
         return report
-      with self.spool.lock() as mine:
-        if not mine:
-          report.pending = len(self.spool.pending(store))
-          report.errors.append("another process holds this spool (flushing, or waiting on an upload)")
-          report.busy = True
-          return report
-        for path in self.spool.pending(store):
-          left = None if deadline is None else deadline - time.monotonic()
-          if left is not None and left <= 0:
-            break
-          if not path.exists():  # a late upload landed meanwhile and took its entry
+      try:
+        return await self._flush_locked(service, report, wait=wait, store=store, target=target, deadline=deadline)
+      finally:
+        self._flushing.release()
+
+  async def _flush_locked(self, service, report: FlushReport, *, wait: float, store: str, target: str,
+                          deadline: Optional[float]) -> FlushReport:
+    if self._held:
+      await self._retry_held()
+    report.held = len(self._held)
+    try:  # an unwritable spool: say so, in the report, instead of raising out of the agent's call
+      if self.spool.acquire():
+        self.spool.release()
+    except OSError as e:
+      report.errors.append(f"spool {self.spool.root} cannot be used: {type(e).__name__}: {e}")
+      report.pending = len(self._pending(store))
+      return report
+    with self.spool.lock() as mine:
+      if not mine:
+        report.pending = len(self.spool.pending(store))
+        report.errors.append("another process holds this spool (flushing, or waiting on an upload)")
+        report.busy = True
+        return report
+      for path in self.spool.pending(store):
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+          break
+        if not path.exists():  # a late upload landed meanwhile and took its entry
+          report.already_stored += 1
+          continue
+        orphan = self._orphans.get(path.name)
+        if orphan is not None:
+          if not orphan.done() and wait > 0 and orphan.get_loop() is asyncio.get_running_loop():
+            await asyncio.wait({orphan}, timeout=wait)
+          if not orphan.done():
+            report.busy = True
+            break  # an earlier attempt may still land; sending again could duplicate it
+          self._orphans.pop(path.name, None)  # (its own callback may have settled it already)
+          if not orphan.cancelled() and orphan.exception() is None:
+            if path.exists():
+              self.spool.remove(path)  # it landed after all
             report.already_stored += 1
             continue
-          orphan = self._orphans.get(path.name)
-          if orphan is not None:
-            if not orphan.done() and wait > 0:
-              await asyncio.wait({orphan}, timeout=wait)
-            if not orphan.done():
-              report.busy = True
-              break  # an earlier attempt may still land; sending again could duplicate it
-            self._orphans.pop(path.name, None)  # (its own callback may have settled it already)
-            if not orphan.cancelled() and orphan.exception() is None:
-              if path.exists():
-                self.spool.remove(path)  # it landed after all
-              report.already_stored += 1
-              continue
-          try:
-            entry = self.spool.read(path)
-            task = asyncio.ensure_future(self._store(service, entry, dedupe=True, check_refs=store != target))
-            limit = max(self.timeout, wait) if left is None else min(max(self.timeout, wait), left)
-            done, _ = await asyncio.wait({task}, timeout=limit)
-            if task not in done:
-              self._adopt(path, task)
-              report.errors.append(f"{path.name}: no answer within {limit:g}s")
-              break
-            version = task.result()
-          except Exception as e:
-            report.errors.append(f"{path.name}: {type(e).__name__}: {e}")
+        try:
+          entry = self.spool.read(path)
+          task = asyncio.ensure_future(self._store(service, entry, dedupe=True, check_refs=store != target))
+          limit = max(self.timeout, wait) if left is None else min(max(self.timeout, wait), left)
+          done, _ = await asyncio.wait({task}, timeout=limit)
+          if task not in done:
+            self._adopt(path, task)
+            report.errors.append(f"{path.name}: no answer within {limit:g}s")
             break
-          self.spool.remove(path)
-          if version < 0:
-            report.already_stored += 1
-          else:
-            report.flushed += 1
-            self.stats["flushed"] += 1
-        report.pending = len(self.spool.pending(store))
-        if report.flushed or report.already_stored:  # only then can blobs have lost their last entry
-          self.spool.collect()
+          version = task.result()
+        except Exception as e:
+          report.errors.append(f"{path.name}: {type(e).__name__}: {e}")
+          break
+        self.spool.remove(path)
+        if version < 0:
+          report.already_stored += 1
+        else:
+          report.flushed += 1
+          self.stats["flushed"] += 1
+      report.pending = len(self.spool.pending(store))
+      if report.flushed or report.already_stored:  # only then can blobs have lost their last entry
+        self.spool.collect()
     return report
 
   def _warn(self, key: str, msg: str, *args, level: int = logging.WARNING) -> None:

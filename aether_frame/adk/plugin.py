@@ -35,8 +35,10 @@ import contextlib
 import logging
 import math
 import re
+import threading
 import time
 import traceback
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
@@ -124,6 +126,8 @@ class _Sent:
   actions: Any
   model: str
   estimate: int
+  cache: Any = None
+  """A weak reference to the compiler cache that packed it (for a take-back)."""
   request: Any = None
   payload_at: Optional[int] = None
   undo: Optional["_Undo"] = None
@@ -135,8 +139,9 @@ class _Sent:
 
 
 _MISSING = object()
-_MAX_CALLS = 8
-"""Packed calls remembered per compiler key until their responses (see ``_SessionCache.calls``)."""
+_MAX_CALLS = 8 * _MAX_SESSIONS
+"""Packed calls remembered until their responses (see ``ContextPackPlugin._calls``): a call
+is forgotten only after this many newer ones, however many sessions are in flight."""
 
 
 @dataclass
@@ -175,21 +180,47 @@ class _SessionCache:
   tail_hint: Optional[str] = None
   steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
   """(invocation id, oldest trimmable in-flight step kept): the in-flight cut's hysteresis."""
-  calls: OrderedDict = field(default_factory=OrderedDict)
-  """id(actions) -> ``_Sent`` of the key's latest packed calls, kept for all their
-  responses: two invocations of one session can each have a call out at once."""
   artifact_names: list[str] = field(default_factory=list)
   """The session's artifacts as last listed (ours included, in the store's order)."""
   artifacts_retry_at: float = 0.0
 
-  def call_of(self, actions: Any) -> Optional[_Sent]:
-    sent = self.calls.get(id(actions))
-    return sent if sent is not None and sent.actions is actions else None
 
-  def add_call(self, sent: _Sent) -> None:
-    self.calls[id(sent.actions)] = sent  # the record holds ``actions``: its id is not reused meanwhile
-    while len(self.calls) > _MAX_CALLS:
-      self.calls.popitem(last=False)
+
+class _ByInvocation:
+  """Values that live exactly as long as an ADK invocation context.
+
+  A step's tool mask must hold until that step's tools have run: kept in a
+  table capped by session count, 300 sessions in flight pushed masks out and
+  masked tools ran. Entries go when ADK drops the context.
+  """
+
+  def __init__(self) -> None:
+    self._by_id: dict[int, tuple[weakref.ref, dict]] = {}
+
+  def get(self, ic: Any, key: tuple) -> Any:
+    entry = self._by_id.get(id(ic))
+    return entry[1].get(key) if entry is not None and entry[0]() is ic else None
+
+  def put(self, ic: Any, key: tuple, value: Any) -> None:
+    entry = self._by_id.get(id(ic))
+    if entry is None or entry[0]() is not ic:
+      at = id(ic)
+      ref = weakref.ref(ic, lambda r, at=at: self._drop(at, r))
+      entry = self._by_id[at] = (ref, {})
+    entry[1][key] = value
+
+  def pop(self, ic: Any, key: tuple) -> None:
+    entry = self._by_id.get(id(ic))
+    if entry is not None and entry[0]() is ic:
+      entry[1].pop(key, None)
+
+  def _drop(self, at: int, ref: weakref.ref) -> None:
+    entry = self._by_id.get(at)
+    if entry is not None and entry[0] is ref:
+      del self._by_id[at]
+
+  def __len__(self) -> int:
+    return len(self._by_id)
 
 
 class ContextPackPlugin(BasePlugin):
@@ -258,15 +289,23 @@ class ContextPackPlugin(BasePlugin):
     self._media_counters: dict[str, TokenCounter] = {}
     self.faults = 0
     self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
+    self._calls: OrderedDict[int, _Sent] = OrderedDict()
+    """id(actions) -> ``_Sent`` of the latest packed calls, kept for all their responses
+    (two invocations of one session can each have a call out at once), apart from the
+    session caches: evicting a busy session's cache lost its calibration samples."""
     self._busy: dict[tuple, list] = {}
-    """Compiler key -> [lock, holders]: a key's lock lives only while someone holds or awaits it."""
+    """(event loop, compiler key) -> [lock, holders]: a key's lock lives only while someone holds or awaits it."""
+    self._owners: dict[tuple, int] = {}
+    """Compiler key -> the thread compiling with its cache now (see ``_serial``)."""
+    self._guard = threading.Lock()
+    """Guards ``_busy``, ``_owners`` and ``_sessions`` against other threads' loops (never held across an await)."""
     self._logged: OrderedDict[str, None] = OrderedDict()
     self._tail_written: OrderedDict[tuple, Optional[str]] = OrderedDict()
     """(app, user, session, agent) -> the tail hint this process last wrote to state."""
     self._fault_injector = _fault_injector
     self._listings: OrderedDict[tuple, Optional[artifact_listing.ListingEdit]] = OrderedDict()
-    self._allowed: OrderedDict[tuple, tuple[str, frozenset]] = OrderedDict()
-    """Compiler key -> (invocation id, functions its last masked call allows)."""
+    self._allowed = _ByInvocation()
+    """Per invocation context and compiler key: the functions its last masked call allows."""
 
   def _default_index_factory(self) -> HistoryIndex:
     make = getattr(self.ranker, "new_history_index", None)
@@ -305,13 +344,12 @@ class ContextPackPlugin(BasePlugin):
       # A request sent unmodified is not estimated, so nothing of an earlier
       # call may be left for after_model to compare it with.
       key = self._key(callback_context)
-      async with self._serial(key):
-        self._allowed.pop(key, None)  # a call that is not packed leaves no mask of an earlier call in force
-        cache = self._sessions.get(key)
-        if cache is not None:
-          cache.calls.pop(id(callback_context.actions), None)
+      async with self._serial(key) as shared:
+        # A call that is not packed leaves no mask of an earlier call in force.
+        self._allowed.pop(_invocation_of(callback_context), key)
+        self._calls.pop(id(callback_context.actions), None)
         if not _over_call_limit(callback_context):
-          await self._compile_into(callback_context, llm_request, started)
+          await self._compile_into(callback_context, llm_request, started, shared=shared)
     except ContextBudgetExhausted as e:
       if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
         raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e
@@ -324,8 +362,7 @@ class ContextPackPlugin(BasePlugin):
     try:
       usage = getattr(llm_response, "usage_metadata", None)
       actual = getattr(usage, "prompt_token_count", None) if usage else None
-      cache = self._sessions.get(self._key(callback_context))
-      sent = cache.call_of(callback_context.actions) if cache else None
+      sent = self._call_of(callback_context.actions)
       if sent is None:
         return None
       if sent.request is not None:
@@ -362,28 +399,34 @@ class ContextPackPlugin(BasePlugin):
     answered with an error here instead of being run.
     """
     try:
-      key = self._key(tool_context)
-      held = self._allowed.get(key)
-      if held is None or held[0] != tool_context.invocation_id:
+      allowed = self._allowed.get(_invocation_of(tool_context), self._key(tool_context))
+      if allowed is None:
         return None
       name = getattr(tool, "name", None)
-      if name in held[1] or is_protected(name or "", tool):
+      if name in allowed or is_protected(name or "", tool):
         return None
-      return {"error": f"tool {name!r} is not available in this step; the step allows: {sorted(held[1]) or 'none'}"}
+      return {"error": f"tool {name!r} is not available in this step; the step allows: {sorted(allowed) or 'none'}"}
     except Exception as e:  # fail-open: the tool runs as it would without the plugin
       self._record_fault(tool_context, e, "before_tool", outcome="tool call not checked against the step's tools")
       return None
 
   def _note_allowed(self, ctx, scoped) -> None:
     """The functions this call's mask allows, for ``before_tool_callback`` (None: no mask in force)."""
-    key = self._key(ctx)
+    key, ic = self._key(ctx), _invocation_of(ctx)
     if scoped.mode is ToolScoping.MASK and scoped.allowed is not None:
-      self._allowed[key] = (ctx.invocation_id, frozenset(scoped.allowed))
-      self._allowed.move_to_end(key)
-      while len(self._allowed) > _MAX_SESSIONS:
-        self._allowed.popitem(last=False)
+      self._allowed.put(ic, key, frozenset(scoped.allowed))
     else:
-      self._allowed.pop(key, None)
+      self._allowed.pop(ic, key)
+
+  def _call_of(self, actions: Any) -> Optional[_Sent]:
+    sent = self._calls.get(id(actions))
+    return sent if sent is not None and sent.actions is actions else None
+
+  def _add_call(self, sent: _Sent) -> None:
+    with self._guard:
+      self._calls[id(sent.actions)] = sent  # the record holds ``actions``: its id is not reused meanwhile
+      while len(self._calls) > _MAX_CALLS:
+        self._calls.popitem(last=False)
 
   async def on_event_callback(self, *, invocation_context, event):
     """Takes back what a pack wrote to state when its request was never sent.
@@ -401,18 +444,14 @@ class ContextPackPlugin(BasePlugin):
       delta = getattr(actions, "state_delta", None)
       if not delta or LAST_PACK_KEY not in delta:
         return None
-      for cache in self._sessions.values():
-        sent = cache.call_of(actions)
-        if sent is None:
-          continue
-        if sent.undo is not None and sent.undo.never_sent():
-          self._take_back(invocation_context.session.state, delta, cache, sent)
-        break
+      sent = self._call_of(actions)
+      if sent is not None and sent.undo is not None and sent.undo.never_sent():
+        self._take_back(invocation_context.session.state, delta, sent)
     except Exception as e:
       self._record_fault(invocation_context, e, "on_event", outcome="state left as the pack wrote it")
     return None
 
-  def _take_back(self, state: dict, delta: dict, cache: _SessionCache, sent: _Sent) -> None:
+  def _take_back(self, state: dict, delta: dict, sent: _Sent) -> None:
     """Restores the state keys, tail hint and estimate from before an unsent pack."""
     undo = sent.undo
     for key, old in undo.prior.items():
@@ -422,14 +461,16 @@ class ContextPackPlugin(BasePlugin):
           state.pop(key, None)
         else:
           state[key] = old
-    cache.tail_hint = undo.tail_hint
-    cache.steps_hint = undo.steps_hint
+    cache = sent.cache() if sent.cache is not None else None
+    if cache is not None:  # (a cache evicted since has no hint to restore)
+      cache.tail_hint = undo.tail_hint
+      cache.steps_hint = undo.steps_hint
     old_tail = undo.prior.get(TAIL_KEY_PREFIX + undo.lane[3], _MISSING)
     if old_tail is _MISSING:
       self._tail_written.pop(undo.lane, None)
     else:
       self._tail_written[undo.lane] = old_tail
-    cache.calls.pop(id(sent.actions), None)
+    self._calls.pop(id(sent.actions), None)
 
   # ------------------------------------------------------------------ compile
   @contextlib.asynccontextmanager
@@ -443,18 +484,36 @@ class ContextPackPlugin(BasePlugin):
     describe in its manifest, the second's history. The manifest write stays
     inside: the key's manifests are then stored in the order they were
     compiled, which replay and diff read as call order.
+
+    Yields whether this compile may use the key's shared cache. The lock is
+    per event loop (sync ``Runner.run`` gives each thread its own; a lock
+    shared across loops leaves a waiter asleep for good). A second thread on
+    the same key does not wait for the first: it compiles from a fresh cache,
+    which gives the same pack (a warm compile equals a cold one).
     """
-    entry = self._busy.get(key)
-    if entry is None:
-      entry = self._busy[key] = [asyncio.Lock(), 0]
-    entry[1] += 1
+    at = (asyncio.get_running_loop(), key)
+    with self._guard:
+      entry = self._busy.get(at)
+      if entry is None:
+        entry = self._busy[at] = [asyncio.Lock(), 0]
+      entry[1] += 1
     try:
       async with entry[0]:
-        yield
+        with self._guard:
+          shared = key not in self._owners
+          if shared:
+            self._owners[key] = threading.get_ident()
+        try:
+          yield shared
+        finally:
+          if shared:
+            with self._guard:
+              self._owners.pop(key, None)
     finally:
-      entry[1] -= 1
-      if entry[1] == 0 and self._busy.get(key) is entry:
-        del self._busy[key]
+      with self._guard:
+        entry[1] -= 1
+        if entry[1] == 0 and self._busy.get(at) is entry:
+          del self._busy[at]
 
   def _key(self, ctx) -> tuple:
     """One compiler per session, agent, branch and workflow node path: parallel
@@ -535,16 +594,20 @@ class ContextPackPlugin(BasePlugin):
                        "(set window_overrides={%r: ...})", name, name)
     return window
 
-  def _cache_for(self, ctx, policy: PackPolicy, counter: Optional[TokenCounter] = None) -> _SessionCache:
+  def _cache_for(self, ctx, policy: PackPolicy, counter: Optional[TokenCounter] = None, *, shared: bool = True) -> _SessionCache:
+    """The key's warm cache; a fresh, unshared one when another thread compiles with it now."""
     counter = counter or self.counter
+    if not shared:
+      return _SessionCache(CompilerSession(policy, counter, ranker=self.ranker, history_index=self._index_factory()))
     key = self._key(ctx)
-    cache = self._sessions.get(key)
-    if cache is None or cache.compiler.policy is not policy or cache.compiler.counter is not counter:
-      cache = _SessionCache(CompilerSession(policy, counter, ranker=self.ranker, history_index=self._index_factory()))
-      self._sessions[key] = cache
-      while len(self._sessions) > _MAX_SESSIONS:
-        self._sessions.popitem(last=False)
-    self._sessions.move_to_end(key)
+    with self._guard:
+      cache = self._sessions.get(key)
+      if cache is None or cache.compiler.policy is not policy or cache.compiler.counter is not counter:
+        cache = _SessionCache(CompilerSession(policy, counter, ranker=self.ranker, history_index=self._index_factory()))
+        self._sessions[key] = cache
+        while len(self._sessions) > _MAX_SESSIONS:
+          self._sessions.popitem(last=False)
+      self._sessions.move_to_end(key)
     return cache
 
   def _sync_history(self, cache: _SessionCache, history: list[types.Content],
@@ -589,7 +652,7 @@ class ContextPackPlugin(BasePlugin):
     cache.fps = fps
     cache.watched = watched
 
-  async def _compile_into(self, ctx, llm_request, started: float) -> None:
+  async def _compile_into(self, ctx, llm_request, started: float, *, shared: bool = True) -> None:
     if self._fault_injector is not None:
       self._fault_injector()
     agent = ctx.agent_name
@@ -597,7 +660,7 @@ class ContextPackPlugin(BasePlugin):
     contents = list(llm_request.contents or [])
     backups = _fallback_backups(ctx, llm_request.model)  # a FallbackModel's other models may answer
     counter = self._counter_for([llm_request.model, *backups], llm_request.config)
-    cache = self._cache_for(ctx, policy, counter)
+    cache = self._cache_for(ctx, policy, counter, shared=shared)
     cache.events.update(ctx.session.events)
     # ADK's token-threshold compaction may have summarized this invocation's own
     # user turn (mid tool loop): the pack needs it, so it goes back after the summary.
@@ -786,7 +849,7 @@ class ContextPackPlugin(BasePlugin):
     payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
     _hold_cache_creation(llm_request, payload_at)
     before = getattr(llm_request, "cache_metadata", None)
-    cache.add_call(_Sent(ctx.actions, model, estimate, llm_request, payload_at, undo,
+    self._add_call(_Sent(ctx.actions, model, estimate, weakref.ref(cache), llm_request, payload_at, undo,
                          cache_before=before.model_copy() if before is not None else None,
                          limit=pack.manifest["window"] - pack.manifest["reserve"]))
     state[tail_key] = pack.tail_start_id
@@ -1078,6 +1141,13 @@ def _over_call_limit(ctx) -> bool:
   except Exception:  # an ADK that counts otherwise: the call is packed
     return False
   return isinstance(limit, int) and isinstance(made, int) and 0 < limit <= made
+
+
+def _invocation_of(ctx) -> Any:
+  """The invocation context a callback or tool context wraps, itself: the model call
+  and its tools share it, while ``get_invocation_context()`` returns a new copy."""
+  ic = getattr(ctx, "_invocation_context", None)
+  return ic if ic is not None else ctx.get_invocation_context()
 
 
 def _llm_calls(ctx) -> Optional[tuple[Any, int]]:

@@ -333,11 +333,20 @@ def knowledge_items(entries: Sequence[KnowledgeItem]) -> list[Item]:
 
 
 def memory_items(memories: Sequence[Any], *, kind: str = "memory") -> list[Item]:
-  """ADK ``MemoryEntry`` objects → MEMORY items (timestamps kept)."""
+  """ADK ``MemoryEntry`` objects → MEMORY items (timestamps kept).
+
+  The time is the entry's numeric ``custom_metadata["event_timestamp"]`` when
+  it has one (our stores record it): exact, where the ISO string may be in the
+  writer's local time (see ``_parse_ts``).
+  """
   out = []
   for n, m in enumerate(memories):
     text = _text_of(m.content) if getattr(m, "content", None) else ""
-    ts = _parse_ts(getattr(m, "timestamp", None))
+    meta = getattr(m, "custom_metadata", None)
+    exact = meta.get("event_timestamp") if isinstance(meta, dict) else None
+    ts = _parse_ts(exact) if isinstance(exact, (int, float)) else None
+    if ts is None:
+      ts = _parse_ts(getattr(m, "timestamp", None))
     mid = getattr(m, "id", None) or hashlib.blake2b(f"{ts}|{text}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     out.append(Item(
         id=f"{kind}:{mid}",
@@ -352,13 +361,25 @@ def memory_items(memories: Sequence[Any], *, kind: str = "memory") -> list[Item]
 
 
 def _parse_ts(value: Any) -> Optional[float]:
-  if value is None:
+  """An ISO 8601 timestamp as epoch seconds.
+
+  With a zone (``Z``, ``+00:00``) the result is exact. Without one it is read
+  as this process's local time, which is what ADK's writers mean
+  (``memory_utils.format_timestamp``), but only right when the writer ran in
+  the same zone, and the repeated hour at a DST change is ambiguous (the first
+  one is taken). ``memory_items`` prefers a numeric ``event_timestamp`` for that.
+  """
+  if value is None or isinstance(value, bool):
     return None
   if isinstance(value, (int, float)):
-    return float(value)
+    try:
+      time.gmtime(value)  # NaN, inf, years the renderer cannot print
+    except (ValueError, OverflowError, OSError):
+      return None
+    return float(value) + 0.0  # no -0.0
   try:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-  except ValueError:
+  except (ValueError, OverflowError, OSError):
     return None
 
 

@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Mapping
 from collections.abc import Sequence
 from datetime import datetime
+from datetime import timezone
 import hashlib
 import json
 from typing import Any
 from typing import TYPE_CHECKING
 
-from google.adk.memory import _utils as memory_utils
 from google.adk.memory.base_memory_service import BaseMemoryService
 from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
@@ -138,7 +138,7 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
               id=event.id or _content_id(event.author, event.timestamp, event.content),
               content=event.content.model_copy(deep=True),
               author=event.author,
-              timestamp=memory_utils.format_timestamp(event.timestamp),
+              timestamp=utc_timestamp(event.timestamp),
               custom_metadata=meta,
           ),
           float(event.timestamp),
@@ -365,8 +365,18 @@ def document_terms(text: str) -> list[str]:
   return tokenize(text) + cjk_unigrams(text)
 
 
+def utc_timestamp(ts: float) -> str:
+  """``ts`` as ISO 8601 in UTC with its offset, read alike in every zone.
+
+  ADK's ``memory_utils.format_timestamp`` writes the writer's local time
+  without a zone, which a worker in another zone reads hours off.
+  """
+  return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
 def _unix_time(entry: MemoryEntry) -> float:
-  """Recency for tie-breaks: provenance timestamp, else the ISO timestamp."""
+  """Recency for tie-breaks: provenance timestamp, else the ISO timestamp
+  (a zone-less one, as ADK writes them, in this process's local time)."""
   ts = entry.custom_metadata.get("event_timestamp")
   if isinstance(ts, (int, float)):
     return float(ts)

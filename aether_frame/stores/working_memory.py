@@ -11,37 +11,47 @@ note id) rather than loses notes.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
-import uuid
 
 from google.adk.events.event import Event
-from google.adk.memory import _utils as memory_utils
 from google.adk.memory.base_memory_service import BaseMemoryService
 from google.adk.memory.memory_entry import MemoryEntry
 from google.adk.platform import time as platform_time
+from google.adk.platform import uuid as platform_uuid
 from google.genai import types
 from pydantic import ValidationError
 
 from . import _redis_util as ru
 from ._memory_lua import NOTE_SOURCES
 from .errors import CorruptDataError
+from .redis_memory import utc_timestamp
 
 NOTE_KIND = "working_note"
 
-_id_lock = threading.Lock()
-_last_id_ns = 0
 
+class _NoteIds:
+  """Note ids that sort in creation order among notes stamped alike.
 
-def _note_id() -> str:
-  """A unique id that sorts in creation order. list_notes breaks timestamp
-  ties by id, and ties are common (a fixed ADK time provider, coarse
-  clocks); random ids would list such notes in random order."""
-  global _last_id_ns
-  with _id_lock:
-    _last_id_ns = max(time.time_ns(), _last_id_ns + 1)
-    ns = _last_id_ns
-  return f"note-{ns:020d}-{uuid.uuid4().hex}"
+  list_notes breaks timestamp ties by id, and ties are common (a fixed ADK
+  time provider, coarse clocks); random ids would list such notes in random
+  order. Time and uniqueness come from ADK's platform providers, so pinning
+  them (ADK's hook for reproducible runs) pins the ids too. The tie counter
+  belongs to one store and restarts at every new clock reading, so a new
+  store (a new run) gives the ids the last one gave.
+  """
+
+  def __init__(self) -> None:
+    self._lock = threading.Lock()
+    self._last_ns = -1
+    self._seq = 0
+
+  def __call__(self, now: float) -> str:
+    ns = max(int(now * 1_000_000_000), 0)
+    with self._lock:
+      self._seq = self._seq + 1 if ns == self._last_ns else 0
+      self._last_ns = ns
+      seq = self._seq
+    return f"note-{ns:020d}-{seq:06d}-{platform_uuid.new_uuid()}"
 
 
 def _note_time(note: MemoryEntry) -> float:
@@ -64,6 +74,7 @@ class WorkingMemory(ru.RedisStoreBase):
         redis_client_or_url, NOTE_SOURCES, cluster=cluster)
     self._prefix = ru.check_prefix(key_prefix)
     self._ttl = ru.ttl_ms(ttl_seconds)
+    self._note_id = _NoteIds()
 
   def _steps_key(self, app_name: str, user_id: str, session_id: str) -> str:
     tag = ru.user_tag(self._prefix, app_name, user_id)
@@ -87,10 +98,10 @@ class WorkingMemory(ru.RedisStoreBase):
     """Stores a note and returns it as the MemoryEntry list_notes yields."""
     now = platform_time.get_time()
     note = MemoryEntry(
-        id=_note_id(),
+        id=self._note_id(now),
         content=types.Content(role="user", parts=[types.Part(text=text)]),
         author=author,
-        timestamp=memory_utils.format_timestamp(now),
+        timestamp=utc_timestamp(now),
         custom_metadata={
             "kind": NOTE_KIND,
             "session_id": session_id,

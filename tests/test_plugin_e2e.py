@@ -14,6 +14,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
+import aether_frame.adk.plugin as plugin_module
 from aether_frame.adk.guard import count_request
 from aether_frame.adk.manifest_store import MANIFEST_FILENAME, ManifestWriter
 from aether_frame.adk.plugin import ContextPackPlugin, context_pack_callbacks
@@ -455,7 +456,10 @@ class _InflateAnOldTurn(BasePlugin):
     return None
 
 
-async def test_the_guard_recounts_the_sent_request_and_catches_a_stale_history_view():
+async def test_the_guard_recounts_the_sent_request_and_catches_a_stale_history_view(monkeypatch):
+  # The history sync notices an edited turn (see test_plugin_history_edits); blinded here,
+  # the compiler's view goes stale, and the guard is the safety net under test.
+  monkeypatch.setattr(plugin_module, "_payloads", lambda content: ())
   window = 4096
   model = OfflineLlm(default="Short answer.")
   ag, _ = agent(model=model)

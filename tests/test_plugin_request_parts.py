@@ -13,6 +13,7 @@ from google.adk.flows.llm_flows.instructions import _INSTRUCTION_BEGIN
 from google.adk.plugins.base_plugin import BasePlugin
 from google.genai import types
 
+import aether_frame.adk.plugin as plugin_module
 from aether_frame.adk.guard import count_request
 from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.offline_model import OfflineLlm, tool_call
@@ -103,7 +104,8 @@ async def test_static_file_and_dynamic_instruction_ride_every_request_of_a_trimm
     assert sum(r["tokens"] for r in rows) == count_request(sent.contents[:2], types.GenerateContentConfig(), COUNTER)
 
 
-async def test_instruction_contents_survive_the_minimal_safe_pack():
+async def test_instruction_contents_survive_the_minimal_safe_pack(monkeypatch):
+  monkeypatch.setattr(plugin_module, "_payloads", lambda content: ())  # a stale history view (see test_plugin_e2e)
   model = OfflineLlm(default="Short answer.")
   recorder = Recorder()
   inflate = _InflateOldReply()
@@ -123,7 +125,8 @@ async def test_instruction_contents_survive_the_minimal_safe_pack():
   assert plugin.faults == 0
 
 
-async def test_a_text_only_static_instructions_dynamic_instruction_survives_the_minimal_pack():
+async def test_a_text_only_static_instructions_dynamic_instruction_survives_the_minimal_pack(monkeypatch):
+  monkeypatch.setattr(plugin_module, "_payloads", lambda content: ())  # a stale history view (see test_plugin_e2e)
   model = OfflineLlm(default="Short answer.")
   inflate = _InflateOldReply()
   ag, _ = agent(model=model, static_instruction="You are a static helper.", instruction="DYNAMIC RULE: the user's name is {name}.")

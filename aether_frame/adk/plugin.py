@@ -171,6 +171,8 @@ class _SessionCache:
 
   compiler: CompilerSession
   fps: list[str] = field(default_factory=list)
+  payloads: list[tuple] = field(default_factory=list)
+  """Per known content, its parts' payload objects (see ``_payloads``)."""
   spans: list[tuple[int, int]] = field(default_factory=list)
   events: sources.EventIndex = field(default_factory=sources.EventIndex)
   rewrites: int = 0
@@ -628,16 +630,21 @@ class ContextPackPlugin(BasePlugin):
         and sources.fingerprint(history[0]) == known[0]
         # A skill's instructions, pruned from its old load_skill response once it is unloaded.
         and all(i < n and _carries_skill_body(history[i]) for i in cache.watched)
+        # A plugin before this one may edit any turn (a redaction): recall would
+        # offer the stale text. ADK shares the payloads of its per-call copies, so
+        # this is an identity check, with equality for payloads rebuilt equal.
+        and [_payloads(c) for c in history[:n]] == cache.payloads
     )
     if not grew:
       cache.compiler.reset_history()
-      cache.fps, cache.spans, cache.watched = [], [], []
+      cache.fps, cache.payloads, cache.spans, cache.watched = [], [], [], []
       n = 0
     watched = cache.watched + [i for i in range(n, len(history)) if _carries_skill_body(history[i])]
     new_fps = [sources.fingerprint(c) for c in history[n:]]
     if n and not new_fps:
       return
     fps = cache.fps + new_fps
+    cache.payloads = cache.payloads + [_payloads(c) for c in history[n:]]
     # Re-group from the start of the last group: new contents may answer its calls.
     restart = cache.spans[-1][0] if cache.spans else 0
     keep_groups = len(cache.spans) - 1 if cache.spans else 0
@@ -1141,6 +1148,17 @@ def _over_call_limit(ctx) -> bool:
   except Exception:  # an ADK that counts otherwise: the call is packed
     return False
   return isinstance(limit, int) and isinstance(made, int) and 0 < limit <= made
+
+
+def _payloads(content: types.Content) -> tuple:
+  """A content's parts by their payloads (text, call, response, media...), in order."""
+  return tuple([
+      p.text if p.text is not None else (
+          p.function_call or p.function_response or p.inline_data or p.file_data
+          or p.executable_code or p.code_execution_result or p.thought_signature
+      )
+      for p in content.parts or ()
+  ])
 
 
 def _invocation_of(ctx) -> Any:

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from .media_probe import B64_URLSAFE, b64_slice, media_duration
+from .media_probe import B64_URLSAFE, b64_slice, media_duration, pdf_pages
 
 __all__ = [
     "TokenCounter",
@@ -368,6 +368,8 @@ def _dims_from_window(w: Any) -> tuple[int, int] | None:
     return None
   if head[:2] == b"\xff\xd8":
     return _jpeg_dims(w)
+  if head[4:8] == b"ftyp":
+    return _heif_dims(w)
   return None
 
 
@@ -401,8 +403,84 @@ def _jpeg_dims(w: Any) -> tuple[int, int] | None:
   return None
 
 
+_HEIF_MAX_BOXES = 64
+_HEIF_MAX_PROPERTIES = 1024
+_HEIF_IPMA_MAX_BYTES = 1 << 16
+_HEIF_TOP_END = 1 << 62  # a window does not know its size: top-level boxes end where reads do
+
+
+def _heif_boxes(w: Any, start: int, end: int, limit: int) -> Iterable[tuple[bytes, int, int]]:
+  """(type, body start, box end) of the ISO BMFF boxes in [start, end)."""
+  pos = start
+  for _ in range(limit):
+    h = w.read(pos, 16) if pos + 8 <= end else b""
+    if len(h) < 8:
+      return
+    size, kind, header = int.from_bytes(h[0:4], "big"), h[4:8], 8
+    if size == 1 and len(h) == 16:
+      size, header = int.from_bytes(h[8:16], "big"), 16
+    elif size == 0:  # runs to the end
+      size = end - pos
+    if size < header:
+      return
+    yield kind, pos + header, min(pos + size, end)
+    pos += size
+
+
+def _heif_dims(w: Any) -> tuple[int, int] | None:
+  """HEIC/HEIF/AVIF: the primary item's ``ispe`` (meta > iprp > ipco), else the largest.
+
+  An iPhone photo is a grid of 512x512 tiles, each with its own small ispe;
+  the grid item that ``pitm`` names carries the full size, which Gemini sees.
+  """
+  meta = next(((b, e) for kind, b, e in _heif_boxes(w, 0, _HEIF_TOP_END, _HEIF_MAX_BOXES) if kind == b"meta"), None)
+  if meta is None:
+    return None
+  primary = None
+  sizes: dict[int, tuple[int, int]] = {}  # 1-based property index -> (width, height)
+  links: dict[int, list[int]] = {}  # item -> its property indices
+  for kind, b, e in _heif_boxes(w, meta[0] + 4, meta[1], _HEIF_MAX_BOXES):  # meta is a full box
+    if kind == b"pitm":
+      h = w.read(b, 8)
+      primary = int.from_bytes(h[4:6] if h[:1] == b"\x00" else h[4:8], "big") if len(h) >= 6 else None
+    elif kind == b"iprp":
+      for k2, b2, e2 in _heif_boxes(w, b, e, _HEIF_MAX_BOXES):
+        if k2 == b"ipco":
+          for i, (k3, b3, _) in enumerate(_heif_boxes(w, b2, e2, _HEIF_MAX_PROPERTIES), 1):
+            h = w.read(b3, 12) if k3 == b"ispe" else b""
+            if len(h) == 12:
+              sizes[i] = int.from_bytes(h[4:8], "big"), int.from_bytes(h[8:12], "big")
+        elif k2 == b"ipma":
+          links.update(_heif_ipma(w.read(b2, min(e2 - b2, _HEIF_IPMA_MAX_BYTES))))
+  mine = [sizes[i] for i in links.get(primary, ()) if i in sizes] if primary is not None else []
+  found = mine or list(sizes.values())
+  return max(found, key=lambda s: s[0] * s[1]) if found else None
+
+
+def _heif_ipma(h: bytes) -> dict[int, list[int]]:
+  """item ID -> property indices, from an ipma body (a cut body gives the entries it holds)."""
+  links: dict[int, list[int]] = {}
+  if len(h) < 8:
+    return links
+  id_len = 2 if h[0] == 0 else 4
+  wide = h[3] & 1  # 15-bit property indices
+  pos = 8
+  for _ in range(min(int.from_bytes(h[4:8], "big"), _HEIF_MAX_PROPERTIES)):
+    if pos + id_len + 1 > len(h):
+      break
+    item = int.from_bytes(h[pos : pos + id_len], "big")
+    n = h[pos + id_len]
+    pos += id_len + 1
+    step = 2 if wide else 1
+    raw = h[pos : pos + n * step]
+    pos += n * step
+    links[item] = [int.from_bytes(raw[j : j + step], "big") & (0x7FFF if wide else 0x7F)
+                   for j in range(0, len(raw) - step + 1, step)]
+  return links
+
+
 def image_dimensions(data: str | bytes | None) -> tuple[int, int] | None:
-  """(width, height) from PNG/GIF/WebP/JPEG header bytes of base64 or raw data."""
+  """(width, height) from PNG/GIF/WebP/JPEG/HEIF/AVIF header bytes of base64 or raw data."""
   if not data:
     return None
   try:
@@ -468,7 +546,7 @@ def _fps(part: Mapping[str, Any]) -> float:
 _YOUTUBE = re.compile(r"^(?:https?://)?(?:[a-z0-9-]+\.)*(?:youtube\.com|youtu\.be)(?:[/?#:]|$)", re.IGNORECASE)
 _EXTENSION_MIME = {
     "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
-    "heic": "image/heic", "heif": "image/heif", "pdf": "application/pdf",
+    "heic": "image/heic", "heif": "image/heif", "avif": "image/avif", "pdf": "application/pdf",
     "mp3": "audio/mpeg", "wav": "audio/wav", "flac": "audio/flac", "ogg": "audio/ogg", "m4a": "audio/mp4",
     "aac": "audio/aac", "mp4": "video/mp4", "mov": "video/quicktime", "webm": "video/webm", "mkv": "video/x-matroska",
     "avi": "video/x-msvideo", "mpeg": "video/mpeg", "mpg": "video/mpeg",
@@ -536,6 +614,9 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str], rules: Me
   if mime == "application/pdf":
     # Read like width/height: 500.0 or "500" pages used to cost the 10-page guess.
     pages = _finite(blob.get("pages", part.get("pages")))
+    if (pages is None or pages < 0) and data:
+      # genai's Part/Blob has no ``pages`` field: for real parts, the bytes say.
+      pages = pdf_pages(data, PDF_MAX_PAGES)
     if pages is None or pages < 0:
       pages = PDF_UNKNOWN_PAGES
     per_page = _level_tokens(part, rules, rules.pdf_default) if rules.levels else PDF_TOKENS_PER_PAGE

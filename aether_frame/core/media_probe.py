@@ -1,4 +1,4 @@
-"""Media durations read from container headers, for costing inline audio/video.
+"""Media durations (and PDF page counts) read from the bytes, for costing inline media.
 
 Gemini charges audio at 32 tokens/second and video at 263 tokens/second, so a
 blob's duration decides its cost. For ``inline_data`` the bytes are at hand
@@ -20,6 +20,11 @@ What each format gives (see the readers below):
   Duration (start of the last block: short by one frame);
 - unknown (None): FLAC or raw PCM that does not say, MPEG-PS/TS, FLV, ASF.
 
+PDFs are charged per page, and a genai ``Blob`` has no field for the count:
+``pdf_pages`` reads it from the page tree. No header states it, so that one
+reader scans the whole payload (at regex speed: a 20 MB PDF costs tens of
+milliseconds) and inflates object streams within a fixed budget.
+
 Pure and defensive, like the image-header reader in ``costing``: stdlib only,
 no I/O, and only headers are read (plus, for Ogg and live WebM, one page or
 cluster near the end), so a 50 MB payload costs microseconds. Malformed,
@@ -30,12 +35,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import math
 import re
 import struct
+import zlib
 from typing import Any, Iterator
 
-__all__ = ["media_duration"]
+__all__ = ["media_duration", "pdf_pages"]
 
 
 def media_duration(data: Any, mime: Any) -> float | None:
@@ -983,3 +990,209 @@ def _cluster_end(r: Any, pos: int, seg_end: int) -> int | None:
       best = t if best is None else max(best, t)
     pos = d + size
   return None if best is None else max(0, base + best)
+
+
+# ---------------------------------------------------------------------------
+# PDF: page count
+# ---------------------------------------------------------------------------
+
+_PDF_MAGIC_WINDOW = 1024  # readers accept junk before "%PDF-"; Acrobat looks this far
+_PDF_COUNT_MAX = 0xFFFFF  # pdfium trusts a /Count only below this (kPageMaxNum); so do we
+_PDF_MAX_MARKERS = 1 << 16
+_PDF_MAX_OBJSTMS = 1 << 14
+_PDF_INFLATE_BUDGET = 1 << 25  # bytes inflated from all object streams: a deflate bomb stops here
+_PDF_DICT_WINDOW = 4096  # how far an object stream's dictionary may reach around its /Type
+_PDF_HEADER_TRIES = 64
+_PDF_CHUNK = 1 << 16
+
+# A name ends at whitespace or a delimiter: /Page is not /PageLabels.
+_NAME_END = rb"(?![^\s()<>\[\]{}/%])"
+# /Type /Page leaves, /Type /Pages nodes (or any dict with /Kids), and direct /Count integers.
+_PDF_MARKERS = re.compile(
+    rb"/Type\s*/(Pages?)" + _NAME_END + rb"|/(Kids)" + _NAME_END + rb"|/Count\s*(\d{1,19})(?!\d|\s+\d+\s+R\b)")
+_PDF_OBJ_TAIL = re.compile(rb"(?<!\d)(\d{1,10})\s+\d{1,5}\s+\Z")
+_PDF_OBJSTM = re.compile(rb"/Type\s*/ObjStm" + _NAME_END)
+_PDF_STREAM = re.compile(rb"(?<!end)stream(?:\r\n|\n|\r)")
+_PDF_FILTER = re.compile(rb"/Filter\s*(\[[^\]]{0,256}\]|/[^\s()<>\[\]{}/%]{1,64})")
+_PDF_NAMES = re.compile(rb"/([^\s()<>\[\]{}/%]{1,64})")
+_PDF_PREDICTOR = re.compile(rb"/Predictor\s*(\d+)")
+_PDF_N = re.compile(rb"/N\s+(\d{1,6})(?!\d)")
+_PDF_FIRST = re.compile(rb"/First\s+(\d{1,10})(?!\d)")
+_PDF_INTS = re.compile(rb"\d{1,10}")
+_ENDED = object()
+_B64_URLSAFE_BYTES = bytes.maketrans(b"-_", b"+/")
+
+
+def pdf_pages(data: Any, cap: int = _PDF_COUNT_MAX) -> int | None:
+  """Pages of the PDF in ``data``, at most ``cap``; None if the bytes do not say.
+
+  A PDF states its page count only deep inside (the page tree's root
+  ``/Count``, reached through the trailer and xref), so unlike the media
+  readers this scans the whole payload, at regex (C) speed: ``/Type /Pages``
+  nodes and their ``/Count`` (the root's is the largest), and ``/Type /Page``
+  leaves counted once per object number. PDF 1.5+ files keep those objects
+  in FlateDecode object streams, which are inflated within one total budget
+  (so a deflate bomb costs milliseconds). The larger of the two counts wins:
+  an under-count can overflow the model window, an over-count only trims a
+  little more. Stale revisions and unused pages can only add.
+  """
+  try:
+    buf = _whole(data)
+    if buf is None or buf.find(b"%PDF-", 0, _PDF_MAGIC_WINDOW) < 0:
+      return None
+    tally = _PdfTally(cap)
+    tally.scan_file(buf)
+    tally.scan_object_streams(buf)
+    return tally.pages()
+  except Exception:  # hostile input degrades to "unknown", never an error
+    return None
+
+
+def _whole(data: Any) -> bytes | bytearray | None:
+  """The whole payload as bytes: base64 text is decoded (line breaks allowed)."""
+  if isinstance(data, (bytes, bytearray)):
+    return data
+  if isinstance(data, memoryview):
+    return bytes(data.cast("B")) if data.c_contiguous else None
+  if isinstance(data, str) and data.isascii():
+    text: str | bytes = data
+    if "-" in data or "_" in data:  # URL-safe alphabet
+      text = data.encode("ascii").translate(_B64_URLSAFE_BYTES)
+    try:  # non-strict: line breaks are dropped and surplus padding ignored
+      return binascii.a2b_base64(text + ("==" if isinstance(text, str) else b"=="))
+    except (binascii.Error, ValueError):
+      return None
+  return None
+
+
+class _PdfTally:
+  """Page-tree evidence keyed by object number (or by place, for loose ones)."""
+
+  def __init__(self, cap: int) -> None:
+    self.cap = max(0, cap)
+    self.nodes: set[Any] = set()
+    self.counts: dict[Any, int] = {}
+    self.leaves: set[Any] = set()
+    self.markers = 0
+    self.inflated = 0
+
+  def add(self, owner: Any, m: "re.Match[bytes]") -> bool:
+    """Records one marker; False once the marker budget is spent."""
+    self.markers += 1
+    if self.markers > _PDF_MAX_MARKERS or len(self.leaves) >= self.cap:
+      return False
+    kind, kids, count = m.group(1, 2, 3)
+    if kind == b"Page":
+      self.leaves.add(owner)
+    elif kind or kids:
+      self.nodes.add(owner)
+    else:
+      n = int(count)
+      if 0 < n < _PDF_COUNT_MAX and n > self.counts.get(owner, 0):
+        self.counts[owner] = n
+    return True
+
+  def pages(self) -> int | None:
+    best = max([n for owner, n in self.counts.items() if owner in self.nodes] + [len(self.leaves)])
+    return min(best, self.cap) if best > 0 else None
+
+  def scan_file(self, buf: Any) -> None:
+    """Markers in the file as stored, each owned by the "N G obj" header before it."""
+    owner: Any = None
+    prev = 0
+    for m in _PDF_MARKERS.finditer(buf):
+      found = _pdf_owner(buf, prev, m.start())
+      if found is _ENDED or (found is None and owner is None):
+        owner = ("loose", m.start())  # outside any object: counts on its own
+      elif found is not None:
+        owner = found
+      prev = m.end()
+      if not self.add(owner, m):
+        return
+
+  def scan_object_streams(self, buf: Any) -> None:
+    """Markers in object streams (PDF 1.5+), owned per the stream's offset table."""
+    for i, m in enumerate(_PDF_OBJSTM.finditer(buf)):
+      if i >= _PDF_MAX_OBJSTMS or self.inflated >= _PDF_INFLATE_BUDGET:
+        return
+      start = buf.rfind(b"obj", max(0, m.start() - _PDF_DICT_WINDOW), m.start())
+      s = _PDF_STREAM.search(buf, m.end(), m.end() + _PDF_DICT_WINDOW)
+      if s is None:
+        continue
+      head = bytes(buf[max(start, m.start() - _PDF_DICT_WINDOW, 0) : s.start()])
+      body = self._decoded(buf, head, s.end())
+      if body is None:
+        continue
+      objects = _objstm_table(head, body)
+      for pm in _PDF_MARKERS.finditer(body):
+        k = bisect.bisect_right(objects, (pm.start(), _U32_MAX)) - 1
+        owner = objects[k][1] if k >= 0 else ("stream", m.start(), pm.start())
+        if not self.add(owner, pm):
+          return
+
+  def _decoded(self, buf: Any, head: bytes, at: int) -> bytes | None:
+    """The stream's data if unfiltered or plain FlateDecode, within the inflate budget."""
+    f = _PDF_FILTER.search(head)
+    names = _PDF_NAMES.findall(f.group(1)) if f else []
+    p = _PDF_PREDICTOR.search(head)
+    if p and int(p.group(1)) > 1:
+      return None
+    budget = _PDF_INFLATE_BUDGET - self.inflated
+    if not names:
+      end = buf.find(b"endstream", at, at + budget)
+      body = bytes(buf[at : end if end >= 0 else at + budget])
+    elif names in ([b"FlateDecode"], [b"Fl"]):
+      body = _inflate(buf, at, budget)
+    else:
+      return None
+    self.inflated += max(1, len(body))
+    return body
+
+
+def _pdf_owner(buf: Any, lo: int, hi: int) -> Any:
+  """Object number of the last "N G obj" header in buf[lo:hi]; _ENDED if an endobj
+  comes after it; None if neither is there (still in the same object)."""
+  j = hi
+  for _ in range(_PDF_HEADER_TRIES):
+    j = buf.rfind(b"obj", lo, j)
+    if j < 0:
+      return None
+    if buf[max(0, j - 3) : j] == b"end":
+      return _ENDED
+    m = _PDF_OBJ_TAIL.search(buf, max(0, j - 40), j)
+    if m is not None:
+      return int(m.group(1))
+  return ("loose", hi)  # hostile runs of "obj": give up attributing
+
+
+def _objstm_table(head: bytes, body: bytes) -> list[tuple[int, Any]]:
+  """(offset in body, object number) of the objects in an object stream, sorted."""
+  n, first = _PDF_N.search(head), _PDF_FIRST.search(head)
+  if n is None or first is None:
+    return []
+  first_i = int(first.group(1))
+  ints = [int(x) for x in _PDF_INTS.findall(body, 0, min(first_i, len(body)))[: 2 * int(n.group(1))]]
+  return sorted((first_i + ints[k + 1], ints[k]) for k in range(0, len(ints) - 1, 2))
+
+
+def _inflate(buf: Any, at: int, budget: int) -> bytes:
+  """Inflates the zlib stream at ``at``, up to ``budget`` bytes; a cut or corrupt
+  stream gives what came out before the damage."""
+  d = zlib.decompressobj()
+  out: list[bytes] = []
+  pending = b""
+  pos = at
+  try:
+    while budget > 0 and not d.eof:
+      if not pending:
+        pending = bytes(buf[pos : pos + _PDF_CHUNK])
+        pos += len(pending)
+        if not pending:
+          break
+      piece = d.decompress(pending, budget)
+      pending = d.unconsumed_tail
+      out.append(piece)
+      budget -= len(piece)
+  except zlib.error:
+    pass
+  return b"".join(out)

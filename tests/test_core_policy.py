@@ -50,6 +50,7 @@ def test_negative_floor_is_rejected_naming_the_field(field):
 
 @pytest.mark.parametrize("kw, loc", [
     ({"quantum": 0}, ("quantum",)),
+    ({"quantum": 100_000}, ("quantum",)),  # would leave the conversation no budget at all
     ({"memory_top_k": -1}, ("memory_top_k",)),
     ({"recent_turns": -3}, ("recent_turns",)),
     ({"trim_low_water": 0.0}, ("trim_low_water",)),

@@ -167,3 +167,13 @@ def test_budget_line_names_omitted_items_and_earlier_turns():
   kept = set(pack.conversation_ids)
   assert budget["conversation"]["count"] == sum(1 for h in history if h.id not in kept) > 0
   assert re.match(r"- context \d+% used; ", line)
+
+
+def test_a_memoised_line_tells_an_absent_name_from_a_none_name():
+  """``meta["name"] = None`` renders "None"; without the key, the id. One memo key served both,
+  so the line depended on which of the two the process had rendered first."""
+  named_none = Item(id="tool:x", layer=Layer.TOOLS, kind="tool", text="{}", meta={"name": None})
+  unnamed = Item(id="tool:x", layer=Layer.TOOLS, kind="tool", text="{}")
+  assert render.item_line(named_none) == "- None"
+  assert render.item_line(unnamed) == "- tool:x"
+  assert render.item_line(named_none) == "- None"

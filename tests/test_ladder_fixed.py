@@ -13,6 +13,7 @@ import pytest
 
 from aether_frame import CallInputs, CompileInput, ContextBudgetExhausted, Item, Layer, PackPolicy, compile_pack
 from aether_frame.core.compress import trim_tool_examples
+from aether_frame.core.items import Provenance, Trust
 from aether_frame.tokenizers import get_counter
 
 COUNTER = get_counter()
@@ -109,3 +110,58 @@ def test_trim_leaves_a_declaration_without_examples_byte_identical():
 def test_trim_keeps_for_example_used_as_prose():
   text = "Never call this for example data. Call it for real orders, for example A-1."
   assert _trim(text) == "Never call this for example data. Call it for real orders."
+
+
+def test_a_larger_window_never_fails_where_a_smaller_one_compiles():
+  """At the edge the fixed tiers fill the window and the elastic layers get nothing; the
+  BUDGET line's omission phrases then tipped the pack over, and the validate loop gave
+  up without the ladder's last rungs: windows 242-243 raised where 237 compiled."""
+  text = ("Data gamma weather latency answer summary step request? Evidence latency prefix plan prefix token value "
+          "weather risk field tool? Budget check request. Agent acceptance value test evidence gap request. Weather "
+          "delta gap alpha window summary test alpha value answer? Acceptance budget memory vendor paris! Tool risk "
+          "model window window acceptance latency answer token step gap plan cache gap?")
+  dev = Trust.DEVELOPER
+  items = [
+      Item(id="system:instruction", layer=Layer.SYSTEM, trust=Trust.SYSTEM, pinned=True,
+           text="Vendor data window summary step agent budget model? Field latency test call result token step request "
+                "schema beta paris delta check gamma? Check weather model request cost step memory? Field beta beta result "
+                "price prefix request token london acceptance model vendor tool?"),
+      Item(id="task:goal", layer=Layer.TASK, kind="goal", trust=dev, pinned=True, text="Data latency tool evidence!"),
+      Item(id="task:step", layer=Layer.TASK, kind="step", trust=dev, pinned=True,
+           text="Cache token latency call cache field call gamma paris risk tool test token cost. User evidence gap price gamma."),
+      Item(id="task:acceptance:0", layer=Layer.TASK, kind="acceptance", trust=dev, pinned=True,
+           text="Acceptance beta london plan memory price tool gamma schema."),
+      Item(id="task:user_request", layer=Layer.TASK, kind="user_request", trust=Trust.USER, pinned=True,
+           text="Delta call cache prefix paris prefix prefix index gamma report step answer delta london?"),
+      Item(id="evidence:0", layer=Layer.EVIDENCE, kind="evidence", text=text, provenance=Provenance(source="artifact://docs/e0.md")),
+      Item(id="memory:0", layer=Layer.MEMORY, kind="memory", text=text, provenance=Provenance(source="memory://m0", author="user")),
+  ]
+  outcomes = {}
+  for window in range(180, 320):
+    try:
+      compile_pack(CompileInput(policy=PackPolicy(), call=CallInputs(items=items, window=window, has_plan=True)), COUNTER)
+      outcomes[window] = True
+    except ContextBudgetExhausted as e:
+      assert set(e.needs) >= {"system", "task", "tools"}, e.needs  # each layer's need, not a bare total
+      outcomes[window] = False
+  first = min(w for w, ok in outcomes.items() if ok)
+  assert all(outcomes[w] for w in outcomes if w >= first), [w for w in outcomes if w >= first and not outcomes[w]]
+
+
+def test_the_prefix_hash_follows_the_tool_declarations_as_sent():
+  """docs/manifests.md: equal prefix hashes mean equal tool declarations. With its examples
+  trimmed (the ladder's last rung) the declaration sent differs, and so must the hash."""
+  desc = "Searches the notes. " + " ".join(f"For example: search for item number {i} in the archive." for i in range(40))
+  tool = Item(id="tool:search", layer=Layer.TOOLS, kind="tool", meta={"name": "search"}, pinned=True,
+              text=json.dumps({"name": "search", "description": desc, "parameters": {"type": "OBJECT"}}, sort_keys=True))
+  items = [Item(id="system:instruction", layer=Layer.SYSTEM, text="Be helpful.", pinned=True),
+           Item(id="task:user_request", layer=Layer.TASK, kind="user_request", text="find it", pinned=True), tool]
+
+  def pack(max_out):
+    return compile_pack(CompileInput(policy=PackPolicy(), call=CallInputs(items=items, window=2000, max_output_tokens=max_out)), COUNTER)
+
+  roomy, tight = pack(200), pack(1400)
+  assert not roomy.tool_overrides and "search" in tight.tool_overrides
+  assert roomy.manifest["prefix_sha256"] != tight.manifest["prefix_sha256"]
+  assert roomy.manifest["output_sha256"] != tight.manifest["output_sha256"]
+  assert pack(200).manifest["prefix_sha256"] == roomy.manifest["prefix_sha256"]

@@ -499,6 +499,7 @@ class CompilerSession:
     # ASSEMBLE + VALIDATE: measure the real payload, shrink until it fits.
     tools = by_layer[Layer.TOOLS]
     pointers = render.MAX_BUDGET_POINTERS
+    tightened = False
     for _ in range(_MAX_VALIDATE_ROUNDS):
       payload, totals = self._assemble(
           by_layer, tools, evidence_sel, memory_sel, user_request, sent, tail_start, alloc, fence, statuses, pointers,
@@ -522,9 +523,18 @@ class CompilerSession:
           sent = [i for i in sent if i.id != trimmable[cut].id]
           cut += 1
           continue
+        if not tightened:
+          # The ladder's last rungs, as when the fixed tiers overflow the allocation:
+          # the BUDGET line's omissions can tip a pack that only just fits.
+          tightened = True
+          if self._tighten_fixed(by_layer, events, statuses):
+            tools = by_layer[Layer.TOOLS]
+            continue
         raise ContextBudgetExhausted(
             "nothing left to drop and the rendered pack is still over budget",
-            needs={"total": totals["total"]}, usable=alloc.usable, window=call.window,
+            needs={**{name: totals[name] for name in ("system", "task", "tools", "evidence", "memory", "conversation")},
+                   "reserve": alloc.reserve},
+            usable=alloc.usable, window=call.window,
         )
     else:
       raise ContextBudgetExhausted(
@@ -543,7 +553,7 @@ class CompilerSession:
     manifest = self._manifest(
         call, alloc, items, inflight, sent, evidence_sel, memory_sel, recall, events, statuses,
         input_sha, payload, self._conversation_digest(pinned_before, tail_start), len(conversation_ids),
-        tail_start, totals, problems,
+        tail_start, totals, problems, tools,
     )
     minimal = render.render_payload(
         task=[i for i in by_layer[Layer.TASK] if i.kind != "user_request"], tools=tools, evidence=[], memory=[],
@@ -1022,7 +1032,7 @@ class CompilerSession:
     return problems
 
   def _manifest(self, call, alloc, items, inflight, sent, evidence_sel, memory_sel, recall, events, statuses,
-                input_sha, payload, conversation_sha, kept, tail_start, totals, problems) -> dict[str, Any]:
+                input_sha, payload, conversation_sha, kept, tail_start, totals, problems, tools) -> dict[str, Any]:
     layers = {}
     for name in ("system", "task", "tools", "evidence", "memory", "conversation"):
       layers[name] = {
@@ -1071,9 +1081,9 @@ class CompilerSession:
           uris.add(i.provenance.source)
       elif i.layer is Layer.SYSTEM:
         system_texts.append(i.text)
-      elif i.layer is Layer.TOOLS:
-        tool_texts.append(i.text)
-        tool_ids.append(i.id)
+    for t in tools:  # as sent: with their examples trimmed, if the ladder had to
+      tool_texts.append(t.text)
+      tool_ids.append(t.id)
     # Both hashes take their large parts as digests: the payload as its sha256,
     # the kept conversation as its id chain (sequence_digest), the system and
     # tool texts as the digest of their lists (memoised: they rarely change).

@@ -101,8 +101,9 @@ class PackPolicy(BaseModel):
   """Explicit (evidence, memory, conversation) weights; skips signal math."""
   overflow: OverflowPolicy = OverflowPolicy.LADDER
   tool_scoping: ToolScoping = ToolScoping.OFF
-  quantum: int = Field(default=64, ge=1)
-  """Water-filling quantum in tokens (seed 001 §6.4.4)."""
+  quantum: int = Field(default=64, ge=1, le=4096)
+  """Water-filling quantum in tokens (seed 001 §6.4.4). At most 4,096: a share below one
+  quantum goes unallocated, and a huge quantum left the conversation no budget at all."""
   memory_top_k: int = Field(default=8, ge=0)
   recall_top_k: int = Field(default=8, ge=0)
   """Older turns (outside the tail) offered to MEMORY as recall candidates."""

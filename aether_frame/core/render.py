@@ -74,7 +74,8 @@ def item_line(item: Item) -> str:
   if name is not None and type(name) is not str:
     # Not a safe key: a list is unhashable, and 1 == 1.0 == True render differently.
     return _item_line(item)
-  key = (item.layer, item.kind, item.text, item.id, p.source, p.timestamp, p.author, name)
+  # "name": None renders "None", an absent name the id: the key tells them apart.
+  key = (item.layer, item.kind, item.text, item.id, p.source, p.timestamp, p.author, name, "name" in item.meta)
   return _LINE_MEMO.get(key, lambda: _item_line(item))
 
 

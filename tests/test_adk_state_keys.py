@@ -156,3 +156,27 @@ def test_bad_state_keys_fail_at_construction_naming_the_problem(keys, needle):
     ContextPackPlugin(window=8_000, state_keys=keys)
   with pytest.raises(ValidationError, match=needle):
     context_pack_callbacks(window=8_000, state_keys=keys)
+
+
+def test_a_plan_checklist_given_as_a_set_renders_alike_in_every_process():
+  """InMemorySessionService stores any value: a set's order follows the process's hash
+  seed, so ACCEPTANCE and CONSTRAINTS came out in another order on every worker."""
+  import os
+  import subprocess
+  import sys
+
+  script = (
+      "from aether_frame.adk.state_schema import read_state\n"
+      "from aether_frame.adk import sources\n"
+      "plan = {'goal': 'Ship it', 'step': 'Review', 'acceptance': {'Cite sources', 'Name every vendor', 'Keep it short',"
+      " 'Give prices in USD', 'Flag gaps'}, 'constraints': frozenset({'No tables', 'Under 300 words', 'Plain English'})}\n"
+      "read = read_state({'plan': plan})\n"
+      "print([i.text for i in sources.plan_items(read.plan)])\n"
+  )
+  outs = set()
+  for seed in ("1", "2", "3", "4"):
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    outs.add(subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True).stdout)
+  assert len(outs) == 1, outs
+  texts = eval(outs.pop())  # noqa: S307 - our own list of strings
+  assert texts.index("Cite sources") < texts.index("Flag gaps") < texts.index("Give prices in USD")

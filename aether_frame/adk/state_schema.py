@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PLAN_KEY = "plan"
 TOOLS_KEY = "tools"
@@ -61,6 +61,15 @@ class PlanState(BaseModel):
   acceptance: list[str] = Field(default_factory=list)
   """The acceptance checklist for the current step."""
   constraints: list[str] = Field(default_factory=list)
+
+  @field_validator("acceptance", "constraints", mode="before")
+  @classmethod
+  def _sets_in_order(cls, value: Any) -> Any:
+    """A set has no order (its iteration order changes with the process's hash
+    seed): its items render sorted, so every worker sends the same text."""
+    if isinstance(value, (set, frozenset)):
+      return sorted(value, key=str)
+    return value
 
 
 class KnowledgeItem(BaseModel):

@@ -523,10 +523,16 @@ class ContextPackPlugin(BasePlugin):
     branch) see different histories and must not reset each other's; a shared
     compiler re-synced by one lane while another awaits compiles the wrong
     history. Node paths are stable across turns (``wf@1/writer@2``), so each
-    lane stays warm."""
+    lane stays warm. A top-level path (``router@2``) is not a lane: ADK numbers
+    each run of the agent, and a transfer back to it runs it anew on the same
+    conversation; keyed apart, two compilers cut one tail by turns and the
+    cached prefix broke on every call."""
     s = ctx.session
-    ic = ctx.get_invocation_context()
-    return (s.app_name, s.user_id, s.id, ctx.agent_name, getattr(ic, "branch", None), getattr(ic, "node_path", None))
+    ic = _invocation_of(ctx)
+    path = getattr(ctx, "node_path", None) or getattr(ic, "node_path", None)
+    if not isinstance(path, str) or "/" not in path:
+      path = None
+    return (s.app_name, s.user_id, s.id, ctx.agent_name, getattr(ic, "branch", None), path)
 
   def _policy_for(self, agent: str) -> PackPolicy:
     return self.agent_policies.get(agent, self.policy)

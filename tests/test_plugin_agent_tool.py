@@ -130,3 +130,36 @@ async def test_interactions_api_agents_are_left_alone(caplog):
   assert plugin.faults == 0
   warnings = [r.getMessage() for r in caplog.records if "Interactions API" in r.getMessage()]
   assert len(warnings) == 1 and "root" in warnings[0]
+
+
+async def test_an_agent_tool_childs_inputs_go_to_the_blob_scope_and_its_manifests_replay(tmp_path):
+  """The child's artifact service forwards every save into the caller's session: its input
+  blobs landed there as session artifacts (in the user's listing, outside the blob scope),
+  and replay refused the child's calls for missing blobs."""
+  from google.adk.artifacts import FileArtifactService
+
+  from aether_frame.audit.replay import replay
+  from aether_frame.audit.source import open_location
+
+  child = LlmAgent(name="researcher", model=OfflineLlm(default="The capital is Paris."), instruction="You look up facts.",
+                   description="Looks up facts")
+  calls = iter(range(100))
+
+  def root_reply(req):
+    if any(p.function_response for p in req.contents[-1].parts or ()):
+      return "Answer: Paris."
+    return tool_call("researcher", {"request": "capital?"}, f"c{next(calls)}")
+
+  root = LlmAgent(name="root", model=OfflineLlm(default=root_reply), instruction="You answer.", tools=[AgentTool(child)])
+  plugin = ContextPackPlugin(window=8192)
+  runner = make_runner(root, [plugin], artifact_service=FileArtifactService(str(tmp_path / "store")))
+  s = await new_session(runner)
+  for text in ("capital of France?", "and of Spain?"):
+    await say(runner, s.id, text)
+  assert plugin.faults == 0
+  keys = await runner.artifact_service.list_artifact_keys(app_name=runner.app_name, user_id=USER, session_id=s.id)
+  assert keys == ["context_pack/manifest.json"]
+  docs = await manifests(runner, s.id)
+  assert [d["agent"] for d in docs].count("researcher") == 2
+  reports = await replay(open_location(str(tmp_path / "store")))
+  assert [r.status for r in reports] == ["identical"] * len(docs) == ["identical"] * 6

@@ -77,6 +77,22 @@ def store_uri(service: Any) -> str:
   return f"{type(service).__name__}@{id(service):x}"
 
 
+def _unforwarded(service: Any, ic: Any) -> tuple[Any, Any]:
+  """The store an ``AgentTool`` child's artifacts really go to, and whose session they join.
+
+  ADK gives the child a ``ForwardingArtifactService`` that saves into the
+  caller's session whatever app, user and session it is told: the input blobs
+  landed there as session artifacts (outside the blob scope replay reads), and
+  a new wrapper per call defeated the blob cache.
+  """
+  for _ in range(16):  # AgentTools nest; bounded all the same
+    parent = getattr(service, "_invocation_context", None) if type(service).__name__ == "ForwardingArtifactService" else None
+    if parent is None or getattr(parent, "artifact_service", None) is None:
+      break
+    service, ic = parent.artifact_service, parent
+  return service, ic
+
+
 async def _settled(awaitables) -> list:
   """``gather``, but a failure is raised only once every sibling has settled: no write
   is still in flight (in a worker thread) when the caller hears that the store failed."""
@@ -242,13 +258,18 @@ class ManifestWriter:
     doc, blobs = self.prepare(body, runtime, compile_input, stream=stream)
     self.last_document = doc
     service = self.service or ic.artifact_service
+    owner = ic
     if self.service is not None:
       ctx = None  # a store of our own: not one of the session's artifacts, so no artifact_delta
+    else:
+      service, owner = _unforwarded(service, ic)
+      if owner is not ic:
+        ctx = None  # an AgentTool's child: straight into the caller's session, in the real store
     if service is None:
       self._warn("no-service", "no artifact service configured; context-pack manifests are not stored")
       return None
     entry = make_entry(
-        store=store_uri(service), app=ic.app_name, user=ic.user_id, session=ic.session.id,
+        store=store_uri(service), app=owner.app_name, user=owner.user_id, session=owner.session.id,
         filename=self.filename, blob_app=self.blob_app, manifest=doc, blobs={},
     )
     if self.spool is None:

@@ -16,6 +16,7 @@ from google.genai import types
 import aether_frame.adk.plugin as plugin_module
 from aether_frame.adk.guard import count_request
 from aether_frame.adk.plugin import ContextPackPlugin
+from aether_frame.core.render import INTERPRETATION_CONTRACT
 from aether_frame.offline_model import OfflineLlm, tool_call
 from aether_frame.tokenizers import get_counter
 
@@ -238,3 +239,35 @@ async def test_the_payload_message_is_byte_identical_across_the_steps_of_an_invo
   assert _dump([a]) == _dump([b])
   assert [bool(p.inline_data) for p in a.parts] == [False, True, False, True]
   assert second.contents[-1].parts[0].function_response.id == "c1"
+
+
+async def test_a_system_instruction_with_a_file_keeps_it_and_charges_it():
+  """A plugin before ours may give the system instruction as a Content with a file or an
+  image: the rewrite sent its text alone, and nothing said the file was gone."""
+  from tests.adk_support import png_bytes
+
+  image = types.Part.from_bytes(data=png_bytes(64, 64), mime_type="image/png")
+
+  class AttachPolicy(BasePlugin):
+    def __init__(self):
+      super().__init__("attach_policy")
+
+    async def before_model_callback(self, *, callback_context, llm_request):
+      text = llm_request.config.system_instruction
+      llm_request.config.system_instruction = types.Content(role="user", parts=[types.Part(text=text), image])
+      return None
+
+  model = OfflineLlm(default="Short answer.")
+  ag, _ = agent(model=model)
+  runner = make_runner(ag, [AttachPolicy(), ContextPackPlugin(window=4096)])
+  session = await new_session(runner)
+  await say(runner, session.id, "What does the diagram show?")
+  sent = model.received[-1]
+  si = sent.config.system_instruction
+  assert isinstance(si, types.Content) and si.parts[-1].inline_data.data == image.inline_data.data
+  assert INTERPRETATION_CONTRACT in si.parts[0].text
+  doc = (await manifests(runner, session.id))[-1]
+  rows = {r["id"]: r for r in doc["items"]}
+  assert rows["system:instruction_media"]["tokens"] == 258 and rows["system:instruction_media"]["status"] == "included"
+  assert doc["layers"]["system"]["used"] == rows["system:instruction"]["tokens"] + 258
+  assert count_request(sent.contents, sent.config, COUNTER) >= 258 + COUNTER.count(si.parts[0].text)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from google.genai import types
 
-from ..core.costing import TokenCounter, count_tool_declarations
+from ..core.costing import TokenCounter, count_parts, count_tool_declarations
 from . import sources
 
 
@@ -27,6 +27,9 @@ class GuardResult:
 def count_request(contents: Sequence[types.Content], config: types.GenerateContentConfig, counter: TokenCounter) -> int:
   """Our tokenizer's count of the whole request: system + response schema + tools + contents."""
   total = counter.count(sources.system_text(config)) if config.system_instruction else 0
+  media = sources.system_media(config)
+  if media:
+    total += count_parts([sources.part_dict(p) for p in media], counter)
   schema = sources.response_schema_text(config)
   if schema:
     total += counter.count(schema)

@@ -49,7 +49,7 @@ from opentelemetry import trace
 from ..calibration import Calibrator
 from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompilerSession
-from ..core.costing import GEMINI_2_MEDIA, MediaCounter, TokenCounter, media_rules_for_model
+from ..core.costing import GEMINI_2_MEDIA, MediaCounter, TokenCounter, count_parts, media_rules_for_model
 from ..core.items import PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
 from ..core.policy import OverflowPolicy, PackPolicy, ToolScoping
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
@@ -739,6 +739,11 @@ class ContextPackPlugin(BasePlugin):
           contents[i] = edited
     new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
     items.append(Item(id="system:instruction", layer=Layer.SYSTEM, text=new_system, trust=Trust.SYSTEM, pinned=True))
+    system_media = sources.system_media(llm_request.config)
+    if system_media:  # kept with the instruction, and charged to the system layer
+      media_dicts = [sources.part_dict(p) for p in system_media]
+      items.append(Item(id="system:instruction_media", layer=Layer.SYSTEM, text="", parts=media_dicts,
+                        tokens=count_parts(media_dicts, counter), trust=Trust.SYSTEM, pinned=True))
     schema = sources.response_schema_text(llm_request.config)
     if schema:  # output_schema: sent with the request and counted toward the prompt
       items.append(Item(id="system:response_schema", layer=Layer.SYSTEM, text=schema, trust=Trust.SYSTEM, pinned=True))
@@ -824,7 +829,8 @@ class ContextPackPlugin(BasePlugin):
     payload_msg = _payload_message(pack.payload, user, user_text)
     new_contents = _in_order(contents, kept, convo[anchor], payload_msg)
     new_config = llm_request.config.model_copy(deep=False)
-    new_config.system_instruction = new_system
+    new_config.system_instruction = (
+        types.Content(role="user", parts=[types.Part(text=new_system), *system_media]) if system_media else new_system)
     new_config = scoped.apply_config(new_config)
     if pack.tool_overrides:
       new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)

@@ -423,6 +423,24 @@ def system_text(config: types.GenerateContentConfig) -> str:
   return str(si)
 
 
+def system_media(config: Optional[types.GenerateContentConfig]) -> list[types.Part]:
+  """The non-text parts of a system instruction given as a Content, Part or list.
+
+  ADK writes a string, but a plugin before ours may attach a file; the rewrite
+  keeps it (and the budget charges it) instead of sending the text alone.
+  """
+  si = config.system_instruction if config is not None else None
+  if isinstance(si, types.Content):
+    parts = list(si.parts or ())
+  elif isinstance(si, types.Part):
+    parts = [si]
+  elif isinstance(si, list):
+    parts = [x for x in si if isinstance(x, types.Part)]
+  else:
+    return []
+  return [p for p in parts if not p.text and p.model_dump(exclude_none=True)]
+
+
 def response_schema_text(config: Optional[types.GenerateContentConfig]) -> str:
   """The request's structured-output schema as canonical JSON ("" if none).
 

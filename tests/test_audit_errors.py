@@ -187,7 +187,7 @@ def test_report_after_a_call_that_cannot_be_rebuilt_or_read(tmp_path, capsys):
   assert main(["report", str(_session_dir(root, sid)), "-o", str(out)]) == 0
   page = out.read_text(encoding="utf-8")
   assert page.count('<div class="bar">') == 4
-  assert page.count("first call (cold cache)") == 1
+  assert page.count("first call of this agent (cold cache)") == 1
   assert "cache break unknown (previous call not rebuilt)" in page  # call 3 follows the unrebuilt call 2
   assert "no replayable inputs" in page and "not JSON" in page
   assert "4 calls" in capsys.readouterr().out

@@ -50,7 +50,7 @@ def test_report_is_self_contained_and_complete(report):
   assert events > 0 and f"{events} truncation events" in page
   assert page.count('class="break"') >= n // 2  # most calls break the cache somewhere after call 1
   assert page.count("replay: <span class=\"identical\">identical</span>") == n
-  assert "first call (cold cache)" in page and re.search(r"breaks at byte [\d,]+ of [\d,]+ in <code>conversation ", page)
+  assert "first call of this agent (cold cache)" in page and re.search(r"breaks at byte [\d,]+ of [\d,]+ in <code>conversation ", page)
 
 
 def _read_png(path) -> tuple[int, int, list[bytes], int]:

@@ -453,9 +453,12 @@ def layer_table(doc: dict[str, Any]) -> list[tuple[str, int, int, int, int]]:
       d[0] += 1
       d[1] += r.get("tokens") or 0
   tail = doc.get("tail") or {}
+  # History groups cut (counted by the tail, their tokens by the range events),
+  # plus the invocation's own steps trimmed (rows of their own, as above).
   conv_dropped = max(0, int(tail.get("history_len", 0)) - int(tail.get("kept", 0)))
   conv_tokens = sum(e.get("tokens", 0) for e in doc.get("truncation_events", []) if e.get("layer") == "conversation" and "range" in e)
-  dropped["conversation"] = [conv_dropped, conv_tokens]
+  steps = dropped.get("conversation", [0, 0])
+  dropped["conversation"] = [conv_dropped + steps[0], conv_tokens + steps[1]]
   rows = []
   for name in LAYERS:
     lay = doc.get("layers", {}).get(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from ..core.canonical import digest
 from ..core.request_text import common_prefix_len, locate, segments_of
 from .replay import Rebuilt, compare
 
@@ -111,8 +112,12 @@ def context_items(rb: Rebuilt) -> dict[str, dict[str, tuple[str, int]]]:
   history = {g.id: g for g in rb.inputs.history}
   for gid in rb.pack.conversation_ids:
     out["conversation"][gid] = (hashes.get(gid, "?"), history[gid].tokens or 0)
+  steps = {i.id: i for i in rb.inputs.call.inflight}
   for iid in body.get("tail", {}).get("inflight_ids", []):
-    out["conversation"][iid] = (hashes.get(iid, "?"), (rows.get(iid) or {}).get("tokens") or 0)
+    step = steps.get(iid)
+    # By what the model reads: a step's ``pinned`` flag (the latest step is) changes as the loop moves on.
+    key = digest([step.role, step.text, step.parts]) if step is not None else hashes.get(iid, "?")
+    out["conversation"][iid] = (key, (rows.get(iid) or {}).get("tokens") or 0)
   return out
 
 

@@ -34,6 +34,8 @@ class CallRow:
   replay: str = "not replayed"
   error: Optional[str] = None
   events: list[dict[str, Any]] = field(default_factory=list)
+  first: bool = False
+  """The first call of its agent here: nothing of its own before it to share a cache with."""
 
 
 async def collect(source, ref: SessionRef) -> list[CallRow]:
@@ -43,28 +45,32 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
   """
   ranking = default_ranking()
   rows: list[CallRow] = []
-  prev: Optional[Rebuilt] = None
+  # Each agent's cache follows its own calls (its instruction and tools lead the
+  # prompt): a session holds several agents' calls (transfers, AgentTool children).
+  prev: dict[str, Optional[Rebuilt]] = {}
   for v in await source.versions(ref):
     try:
       call = await source.load(ref, v)
     except LocationError as e:
       rows.append(CallRow(f"{ref.label()} v{v}", v, {}, error=_without(str(e), f"{source.uri} {ref.label()} v{v}")))
-      prev = None
+      prev = {agent: None for agent in prev}  # whose call it was is unknown
       continue
     doc = manifest_doc.verify(call.doc, where=call.where)  # a tampered manifest stops the report
     row = CallRow(call.label, v, manifest_doc.body_of(doc), events=list(doc.get("truncation_events") or []))
+    agent = str(doc.get("agent") or "?")
+    row.first = agent not in prev
     try:
       rb = await rebuild(source, call, ranking=ranking)
     except manifest_doc.ManifestIntegrityError:
       raise
     except Exception as e:
       row.error = f"{type(e).__name__}: {_without(str(e), call.where)}"
-      prev = None
+      prev[agent] = None
     else:
       row.replay = "identical" if not compare(rb.stored_body, rb.pack.manifest)[0] else "differs"
-      if prev is not None:
-        row.cache = cache_break(prev, rb)
-      prev = rb
+      if prev.get(agent) is not None:
+        row.cache = cache_break(prev[agent], rb)
+      prev[agent] = rb
     rows.append(row)
   return rows
 
@@ -120,7 +126,7 @@ def _cache_cell(row: CallRow, first: bool) -> str:
   if row.error:
     return f'<span class="warn">not rebuilt: {_e(row.error[:160])}</span>'
   if c is None:  # no break computed: the first call, or the one before it was not rebuilt
-    return "first call (cold cache)" if first else "cache break unknown (previous call not rebuilt)"
+    return "first call of this agent (cold cache)" if first else "cache break unknown (previous call not rebuilt)"
   if c.identical:
     return "prefix identical"
   return (f"breaks at byte {c.break_byte:,} of {c.bytes_b:,} in <code>{_e(c.segment)}</code>: "
@@ -144,11 +150,12 @@ def render_html(ref: SessionRef, rows: list[CallRow], *, title: Optional[str] = 
       ev_html = f'<details><summary>✂ {len(events)} truncation event{"s" if len(events) != 1 else ""}</summary><ul>{"".join(_event_line(e) for e in events)}</ul></details>'
     status = row.replay if not row.error else "error"
     body_rows.append(
-        f'<tr><td class="call">call {i + 1}<br><small>v{_e(row.version)} · {_e(b.get("pack_id", ""))}</small></td>'
+        f'<tr><td class="call">call {i + 1}<br><small>v{_e(row.version)} · {_e(b.get("agent") or "?")}'
+        f'<br>{_e(b.get("pack_id", ""))}</small></td>'
         f'<td class="barcell">{_bar(row)}<div class="meta">{totals.get("tokens", 0):,} / {b.get("window", 0):,} tokens'
         f' ({100.0 * totals.get("tokens", 0) / max(1, b.get("window") or 1):.1f}% of window, usable {b.get("usable", 0):,})'
         f' · replay: <span class="{_e(status)}">{_e(status)}</span></div>{ev_html}</td>'
-        f'<td class="cache">{_cache_cell(row, i == 0)}</td></tr>'
+        f'<td class="cache">{_cache_cell(row, row.first)}</td></tr>'
     )
   head = next((r.body for r in rows if r.body), {})
   summary = (f"{len(rows)} calls · window {head.get('window', 0):,} tokens · "

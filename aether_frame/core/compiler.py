@@ -1074,13 +1074,15 @@ class CompilerSession:
         for p in self._pinned if p < tail_start
     ]
     uris: set[str] = set()
-    system_texts, tool_texts, tool_ids = [], [], []
+    system_texts, tool_texts, tool_ids, system_media = [], [], [], []
     for i in items:
       if i.layer is Layer.EVIDENCE:
         if i.provenance.source and i.provenance.source.startswith("artifact://"):
           uris.add(i.provenance.source)
       elif i.layer is Layer.SYSTEM:
         system_texts.append(i.text)
+        if i.parts:
+          system_media.append(_item_digest(i))
     for t in tools:  # as sent: with their examples trimmed, if the ladder had to
       tool_texts.append(t.text)
       tool_ids.append(t.id)
@@ -1094,6 +1096,8 @@ class CompilerSession:
         "tools": self._texts_digest(tuple(tool_texts)),
         "conversation": conversation_sha,
     }
+    if system_media:  # a file attached to the system instruction (absent otherwise: older hashes hold)
+      prefix["system_media"] = system_media
     placed = [_item_digest(i) for i in inflight if i.meta.get(PLACEMENT) in (PLACED_FIRST, PLACED_BEFORE_REQUEST)]
     if placed:  # instruction contents ride before the payload: a change to them breaks the cache too
       prefix["instructions"] = placed

@@ -12,7 +12,7 @@ Layout, UTF-8:
   ``<<tool>>\\n{declaration JSON}\\n`` per tool,
   ``<<{role}>>\\n{canonical JSON of parts}\\n`` per kept conversation group,
   the payload message (``user``, text part first, then the user's non-text parts),
-  then the in-flight steps of the current invocation, as in the real request.
+  then the in-flight steps of the current invocation that were sent, as in the real request.
   In-flight items placed elsewhere (``meta[PLACEMENT]``, ADK's instruction
   contents) sit where the request carries them: first ahead of the
   conversation, before_request just ahead of the payload.
@@ -44,10 +44,16 @@ def render_segments(
     payload_parts: Optional[Sequence[dict[str, Any]]] = None,
     inflight: Sequence[Item] = (),
     tool_names: Optional[Sequence[str]] = None,
+    system_parts: Optional[Sequence[Optional[list[dict[str, Any]]]]] = None,
 ) -> list[tuple[str, str]]:
-  """(what, rendered text) per segment, in request order; joined they are the request text."""
+  """(what, rendered text) per segment, in request order; joined they are the request text.
+
+  ``system_parts``: per system item, its non-text parts (a file attached to the
+  instruction), rendered after its text; None for a text-only item.
+  """
   names = list(tool_names) if tool_names is not None else [str(i) for i in range(len(tools))]
-  out = [("system", _segment("system", s)) for s in system]
+  extra = list(system_parts) if system_parts is not None else [None] * len(system)
+  out = [("system", _segment("system", s + (canonical_json(p) if p else ""))) for s, p in zip(system, extra)]
   out += [(f"tool {n}", _segment("tool", t)) for n, t in zip(names, tools)]
 
   def steps(where: Optional[str]) -> list[tuple[str, str]]:
@@ -84,7 +90,8 @@ def segments_of(inputs: CompileInput, pack: CompiledPack) -> list[tuple[str, str
       conversation=[by_id[g] for g in pack.conversation_ids],
       payload=pack.payload,
       payload_parts=user_request.parts,
-      inflight=inputs.call.inflight,
+      inflight=[i for i in inputs.call.inflight if i.id in set(pack.inflight_ids)],
+      system_parts=[i.parts for i in items if i.layer is Layer.SYSTEM],
   )
 
 

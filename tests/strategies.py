@@ -256,7 +256,8 @@ def compile_inputs(draw, *, max_turns: int = 30, windows: Optional[st.SearchStra
     n_steps = draw(st.integers(0, 6))
     for k in range(n_steps + 1):
       turn = {"kind": "call", "name": "search_notes", "id": f"call_inflight{k}", "args": {"q": "x"}, "response": {"r": draw(prose(1, 4))}}
-      inflight.append(Item(id=f"inflight:{k}", layer=Layer.CONVERSATION, role="model", kind="inflight", pinned=k == n_steps,
+      inflight.append(Item(id=f"inflight:{k}", layer=Layer.CONVERSATION, role="model", pinned=k == n_steps,
+                           kind="inflight" if k == n_steps else "finished_step",
                            parts=[_call_part(turn), _response_part(turn)]))
   # Small windows on purpose: most examples overflow somewhere, some cannot fit at all.
   if windows is None:
@@ -433,9 +434,9 @@ def check_accounting(inp: CompileInput, pack: CompiledPack) -> None:
   # event and is older than every trimmable one sent.
   sent = m["tail"]["inflight_ids"]
   assert sent == list(pack.inflight_ids) == [i.id for i in inp.call.inflight if i.id in set(sent)]
-  trimmable = [i.id for i in inp.call.inflight if not i.pinned]
+  trimmable = [i.id for i in inp.call.inflight if i.kind == "finished_step"]
   for it in inp.call.inflight:
-    if it.pinned:
+    if it.kind != "finished_step":
       assert it.id in sent, f"pinned in-flight item {it.id} was not sent"
     elif it.id not in sent:
       assert any(ev["stage"] == "drop" for ev in named.get(it.id, ())), f"in-flight item {it.id} vanished"

@@ -299,7 +299,7 @@ def test_per_session_memos_stay_the_size_of_one_call():
 
 def _steps(n: int, words: int = 60) -> list[Item]:
   """Complete tool steps of one long invocation (trimmable: not pinned)."""
-  return [Item(id=f"step{i}", layer=Layer.CONVERSATION, role="model", kind="inflight",
+  return [Item(id=f"step{i}", layer=Layer.CONVERSATION, role="model", kind="finished_step",
                parts=[{"function_call": {"id": f"c{i}", "name": "search", "args": {"page": i}}},
                       {"function_response": {"id": f"c{i}", "name": "search",
                                              "response": {"text": f"Page {i}. " + "pricing notes " * (words // 2)}}}])
@@ -316,7 +316,7 @@ def test_inflight_steps_are_trimmed_oldest_first_after_history_and_in_chunks():
   assert "latest" in pack.inflight_ids and "step0" not in pack.inflight_ids
   assert pack.inflight_start_id is not None and pack.inflight_start_id in pack.inflight_ids
   assert "earlier turns omitted" in pack.payload or "omitted" in pack.payload.split("BUDGET", 1)[1]
-  # Replayed from its stored form (pinned=False written out), the same bytes.
+  # Replayed from its stored form, the same bytes.
   again = compile_pack(CompileInput.model_validate_json(inp.model_dump_json()), COUNTER)
   assert again.payload == pack.payload and again.manifest == pack.manifest
   # The next step of the loop, with the previous cut as its hint: the cut holds
@@ -341,3 +341,14 @@ def test_in_flight_items_must_be_conversation_and_recall_ids_are_reserved():
   taken = Item(id="recall:h3", layer=Layer.MEMORY, text="a caller's note")
   with pytest.raises(ValueError, match="'recall:h3' is reserved"):
     _compile(_fixed() + [taken], _history(10))
+
+
+def test_in_flight_items_of_other_kinds_are_always_sent_as_before():
+  """Trimming is opt-in (kind ``finished_step``): in-flight items built as before
+  (``pinned`` left at False) are still never dropped; a window too small for them raises."""
+  old_style = [item.model_copy(update={"kind": "inflight"}) for item in _steps(12)]
+  inp, pack = _compile(_fixed(), _history(10), window=6000, inflight=old_style)
+  assert list(pack.inflight_ids) == [i.id for i in old_style]
+  check_accounting(inp, pack)
+  with pytest.raises(ContextBudgetExhausted):
+    _compile(_fixed(), _history(10), window=900, inflight=old_style)

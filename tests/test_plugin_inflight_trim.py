@@ -16,6 +16,7 @@ import warnings
 
 from google.adk.agents import LlmAgent, LoopAgent
 from google.adk.artifacts import FileArtifactService
+from google.adk.plugins.base_plugin import BasePlugin
 
 from aether_frame.adk.guard import check_request
 from aether_frame.adk.plugin import ContextPackPlugin
@@ -104,3 +105,40 @@ def test_a_long_tool_loop_keeps_its_open_step_and_trims_finished_ones():
     assert any("in-flight" in e["reason"] for e in docs[-1]["truncation_events"])
     assert "omitted" in _pack_text(model.received[-1]).split("BUDGET", 1)[1].split("\n", 2)[1]
   asyncio.run(go())
+
+
+def test_a_cold_worker_keeps_the_in_flight_cut_a_warm_one_made():
+  """The cut's hysteresis lived in the process only: a worker without the session's cache
+  (evicted, another worker, a second thread) trimmed again on every call, moving the
+  cached prefix each time. It is kept in state, like the history's cut."""
+  def run(evict: bool):
+    counter = itertools.count()
+
+    def reply(req):
+      n = next(counter)
+      return tool_call("fetch_page", {"page": n}, f"c{n}") if n < 40 else "All pages read."
+
+    def fetch_page(page: int) -> dict:
+      """Returns one page of the report."""
+      return {"page": page, "text": f"Page {page}: " + "quarterly figures and their notes. " * 30}
+
+    plugin = ContextPackPlugin(window=WINDOW)
+
+    class Evictor(BasePlugin):
+      async def before_model_callback(self, *, callback_context, llm_request):
+        plugin._sessions.clear()  # as if another worker took every call
+        return None
+
+    async def go():
+      model = OfflineLlm(default=reply)
+      agent = LlmAgent(name="reader", model=model, instruction="Read the report.", tools=[fetch_page])
+      runner = make_runner(agent, [Evictor("evictor"), plugin] if evict else [plugin])
+      s = await new_session(runner)
+      await say(runner, s.id, "Read the whole report.")
+      return [[c.model_dump(mode="json", exclude_none=True) for c in r.contents] for r in model.received]
+    return asyncio.run(go())
+
+  warm, cold = run(False), run(True)
+  responses = [sum(1 for c in req for p in c["parts"] if "function_response" in p) for req in warm]
+  assert responses[-1] < 40, "no step was trimmed: nothing was tested"
+  assert len(warm) == 41 and warm == cold

@@ -271,3 +271,12 @@ async def test_a_system_instruction_with_a_file_keeps_it_and_charges_it():
   assert rows["system:instruction_media"]["tokens"] == 258 and rows["system:instruction_media"]["status"] == "included"
   assert doc["layers"]["system"]["used"] == rows["system:instruction"]["tokens"] + 258
   assert count_request(sent.contents, sent.config, COUNTER) >= 258 + COUNTER.count(si.parts[0].text)
+
+
+async def test_an_empty_text_part_of_a_system_instruction_is_not_media():
+  from aether_frame.adk import sources
+
+  config = types.GenerateContentConfig(system_instruction=types.Content(role="user", parts=[
+      types.Part(text="Be brief."), types.Part(text=""), types.Part(file_data=types.FileData(file_uri="gs://b/p.pdf", mime_type="application/pdf"))]))
+  media = sources.system_media(config)
+  assert [p.file_data.file_uri for p in media] == ["gs://b/p.pdf"]

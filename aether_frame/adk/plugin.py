@@ -50,7 +50,7 @@ from ..calibration import Calibrator
 from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompilerSession
 from ..core.costing import GEMINI_2_MEDIA, MediaCounter, TokenCounter, count_parts, media_rules_for_model
-from ..core.items import PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
+from ..core.items import FINISHED_STEP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
 from ..core.policy import OverflowPolicy, PackPolicy, ToolScoping
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
@@ -60,7 +60,7 @@ from . import artifact_listing, preload_memory, sources
 from .guard import check_request, count_request, pending_calls
 from .manifest_store import ManifestWriter
 from .state_schema import (
-    CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, TAIL_KEY_PREFIX, KnowledgeItem, PlanState, StateKeys,
+    CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, STEPS_KEY_PREFIX, TAIL_KEY_PREFIX, KnowledgeItem, PlanState, StateKeys,
     read_state, unread_keys,
 )
 from .tool_scope import is_protected, scope_tools, skill_provided_names
@@ -567,7 +567,7 @@ class ContextPackPlugin(BasePlugin):
     stored = stored if isinstance(stored, str) else None
     if cache.tail_hint is None:
       return stored
-    if stored is not None and lane in self._tail_written and self._tail_written[lane] != stored:
+    if stored is not None and self._tail_written.get(lane, stored) != stored:
       return stored
     return cache.tail_hint
 
@@ -793,7 +793,8 @@ class ContextPackPlugin(BasePlugin):
     for n, (s, e) in enumerate(spans):
       it = sources.group_item(inflight_contents, (s, e), counter, None, inflight_fps)
       keep_step = it.pinned or n == len(spans) - 1
-      it = it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": keep_step, "kind": "inflight"})
+      it = it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": keep_step,
+                                 "kind": "inflight" if keep_step else FINISHED_STEP})
       pinned.append((inflight_at[s], it))
       positions[it.id] = inflight_at[s:e]
     inflight = [it for _, it in sorted(pinned, key=lambda x: x[0])]
@@ -805,7 +806,8 @@ class ContextPackPlugin(BasePlugin):
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     tail_key, lane = TAIL_KEY_PREFIX + agent, self._key(ctx)[:4]
     hint = self._tail_hint(cache, lane, state.get(tail_key))
-    steps_hint = cache.steps_hint[1] if cache.steps_hint[0] == ctx.invocation_id else None
+    steps_key = STEPS_KEY_PREFIX + agent
+    steps_hint = _steps_hint(cache.steps_hint, state.get(steps_key), ctx.invocation_id)
     call = CallInputs(
         items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
@@ -861,10 +863,14 @@ class ContextPackPlugin(BasePlugin):
     self._note_allowed(ctx, scoped)
     calls = _llm_calls(ctx)
     undo = None if calls is None else _Undo(
-        calls, lane, cache.tail_hint, prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY)},
-        steps_hint=cache.steps_hint)
+        calls, lane, cache.tail_hint,
+        prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY, steps_key)}, steps_hint=cache.steps_hint)
     cache.tail_hint = pack.tail_start_id
     cache.steps_hint = (ctx.invocation_id, pack.inflight_start_id)
+    if pack.inflight_start_id is not None:  # the invocation's steps were trimmed: every worker keeps the cut
+      steps = {"invocation": ctx.invocation_id, "start": pack.inflight_start_id}
+      if state.get(steps_key) != steps:
+        state[steps_key] = steps
     payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
     _hold_cache_creation(llm_request, payload_at)
     before = getattr(llm_request, "cache_metadata", None)
@@ -872,10 +878,11 @@ class ContextPackPlugin(BasePlugin):
                          cache_before=before.model_copy() if before is not None else None,
                          limit=pack.manifest["window"] - pack.manifest["reserve"]))
     state[tail_key] = pack.tail_start_id
-    self._tail_written[lane] = pack.tail_start_id
-    self._tail_written.move_to_end(lane)
-    while len(self._tail_written) > _MAX_SESSIONS:
-      self._tail_written.popitem(last=False)
+    with self._guard:
+      self._tail_written[lane] = pack.tail_start_id
+      self._tail_written.move_to_end(lane)
+      while len(self._tail_written) > _MAX_SESSIONS:
+        self._tail_written.popitem(last=False)
     if not pack.valid:
       self._log_once("invalid:" + _shape(";".join(pack.problems)), logging.WARNING,
                      "context pack for agent %s is invalid: %s", agent, pack.problems)
@@ -952,11 +959,14 @@ class ContextPackPlugin(BasePlugin):
   async def _listing_edit(self, listed: Sequence[str]) -> Optional[artifact_listing.ListingEdit]:
     """How to take the manifests out of ``load_artifacts``' listing of ``listed``."""
     names = tuple(listed)
-    if names not in self._listings:
-      self._listings[names] = await artifact_listing.listing_edit(names, self._is_own_artifact)
-      while len(self._listings) > 64:
-        self._listings.popitem(last=False)
-    return self._listings[names]
+    edit = self._listings.get(names, _MISSING)
+    if edit is _MISSING:
+      edit = await artifact_listing.listing_edit(names, self._is_own_artifact)
+      with self._guard:
+        self._listings[names] = edit
+        while len(self._listings) > 64:
+          self._listings.popitem(last=False)
+    return edit
 
   def _replay_input(self, cache: _SessionCache, call: CallInputs):
     """The replayable input, built lazily by writers that store it."""
@@ -990,12 +1000,13 @@ class ContextPackPlugin(BasePlugin):
   def _log_once(self, key: str, level: int, msg: str, *args, exc_info=None) -> None:
     """Logs ``key``'s message once; the most recent 1,000 keys are remembered, so a
     long-lived plugin neither grows without bound nor repeats a warning every call."""
-    if key in self._logged:
-      self._logged.move_to_end(key)
-      return
-    self._logged[key] = None
-    if len(self._logged) > _MAX_LOG_KEYS:
-      self._logged.popitem(last=False)
+    with self._guard:  # (threads: sync Runner.run)
+      if key in self._logged:
+        self._logged.move_to_end(key)
+        return
+      self._logged[key] = None
+      if len(self._logged) > _MAX_LOG_KEYS:
+        self._logged.popitem(last=False)
     logger.log(level, msg, *args, exc_info=exc_info)
 
 
@@ -1160,6 +1171,16 @@ def _over_call_limit(ctx) -> bool:
   except Exception:  # an ADK that counts otherwise: the call is packed
     return False
   return isinstance(limit, int) and isinstance(made, int) and 0 < limit <= made
+
+
+def _steps_hint(cached: tuple[Optional[str], Optional[str]], stored: Any, invocation_id: str) -> Optional[str]:
+  """The in-flight cut of this invocation: this process's, else the one in state (another
+  worker's, or this one's before its cache was evicted). Anyone can write state."""
+  if cached[0] == invocation_id and cached[1] is not None:
+    return cached[1]
+  if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id and isinstance(stored.get("start"), str):
+    return stored["start"]
+  return None
 
 
 def _payloads(content: types.Content) -> tuple:

@@ -438,7 +438,7 @@ def system_media(config: Optional[types.GenerateContentConfig]) -> list[types.Pa
     parts = [x for x in si if isinstance(x, types.Part)]
   else:
     return []
-  return [p for p in parts if not p.text and p.model_dump(exclude_none=True)]
+  return [p for p in parts if p.text is None and p.model_dump(exclude_none=True)]
 
 
 def response_schema_text(config: Optional[types.GenerateContentConfig]) -> str:

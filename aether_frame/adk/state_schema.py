@@ -20,6 +20,9 @@ LAST_FAULT_KEY = "aether_frame:last_fault"
 CALIBRATION_KEY = "aether_frame:calibration"
 """Per-session tokenizer calibration (``Calibrator.to_dict()``), shared by all workers."""
 TAIL_KEY_PREFIX = "aether_frame:tail:"
+STEPS_KEY_PREFIX = "aether_frame:steps:"
+"""+ agent: {"invocation": id, "start": the oldest trimmable in-flight step kept}, written
+only once an invocation's own steps were trimmed, so any worker keeps that cut."""
 _OWN_KEYS = (LAST_PACK_KEY, LAST_FAULT_KEY, CALIBRATION_KEY)
 
 
@@ -43,7 +46,7 @@ class StateKeys(BaseModel):
     if len(set(keys)) != len(keys):
       raise ValueError(f"plan, tools and knowledge need three different keys, got {keys}")
     for key in keys:
-      if key in _OWN_KEYS or key.startswith(TAIL_KEY_PREFIX):
+      if key in _OWN_KEYS or key.startswith((TAIL_KEY_PREFIX, STEPS_KEY_PREFIX)):
         raise ValueError(f"{key!r} is a key the plugin writes itself")
     return self
 

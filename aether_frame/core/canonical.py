@@ -24,7 +24,8 @@ def canonical_bytes(value: Any) -> bytes:
 
   A lone surrogate (a tool's ``os.fsdecode`` name, half an emoji) has no
   UTF-8 form: it is written as its JSON ``\\u`` escape, which loads back as
-  the same string. Text without one is unchanged.
+  the same string. Text without one is unchanged. (A high and a low surrogate
+  side by side load back joined, as one character, as any JSON reader does.)
   """
   text = canonical_json(value)
   try:

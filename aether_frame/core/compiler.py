@@ -21,7 +21,7 @@ from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
 from .canonical import canonical_json, canonical_parts_json, chain_step, digest, sha256_hex
 from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
-from .items import MAX_TIMESTAMP, MIN_TIMESTAMP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer
+from .items import FINISHED_STEP, MAX_TIMESTAMP, MIN_TIMESTAMP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer
 from .kept_ids import KeptIds
 from .memo import BoundedMemo, LastCallMemo
 from .policy import OverflowPolicy, PackPolicy
@@ -42,9 +42,9 @@ class CallInputs(BaseModel):
   ``parts`` carry the user's non-text parts). ``inflight`` holds the
   current invocation's steps after the user turn (tool calls and results),
   and pinned contents the request carries elsewhere (``meta[PLACEMENT]``).
-  In-flight items marked ``pinned`` are always sent; the others (complete
-  steps of a long tool loop or ``LoopAgent`` run) may be trimmed, oldest
-  first, once no older history is left to trim.
+  In-flight items are always sent, except those of kind ``FINISHED_STEP``
+  (complete earlier steps of a long tool loop or ``LoopAgent`` run): these
+  may be trimmed, oldest first, once no older history is left to trim.
   """
 
   model_config = ConfigDict(extra="forbid")
@@ -382,8 +382,8 @@ class CompilerSession:
         raise ValueError(f"duplicate item id {it.id!r}")
       seen_ids.add(it.id)
     items, item_digests = self._costed_call_items(items)
-    inflight = self._costed_messages(call.inflight)
-    trimmable = [it for it in inflight if not it.pinned]
+    inflight = self._costed_messages(call.inflight, pinned=True)
+    trimmable = [it for it in inflight if it.kind == FINISHED_STEP]
 
     # The fence depends on the payload's own inputs only, so the payload stays
     # byte-identical across the tool steps of one invocation; content cannot
@@ -462,7 +462,7 @@ class CompilerSession:
     # SELECT + COMPRESS + DROP, conversation first (its tail decides which
     # recall hits are already visible), then the ladder's order. History is
     # older than any in-flight step: it goes first, then trimmable steps.
-    conversation_budget = eff["conversation"] - sum(i.tokens for i in inflight if i.pinned)
+    conversation_budget = eff["conversation"] - sum(i.tokens for i in inflight if i.kind != FINISHED_STEP)
     tail_start, tail_events = self._tail(call.tail_hint, conversation_budget - sum(i.tokens for i in trimmable))
     cut, inflight_events = self._inflight_cut(trimmable, call.inflight_hint, conversation_budget - self._tail_cost(tail_start))
     if cut and tail_start < len(self.history):
@@ -571,7 +571,7 @@ class CompilerSession:
         valid=not problems,
         problems=problems,
         inflight_ids=[i.id for i in sent],
-        inflight_start_id=trimmable[cut].id if cut < len(trimmable) else None,
+        inflight_start_id=trimmable[cut].id if 0 < cut < len(trimmable) else None,
     )
 
   # ---------------------------------------------------------------- helpers
@@ -642,12 +642,12 @@ class CompilerSession:
     }
     pinned_hist = sum(self.history[p].tokens for p in self._pinned)
     pinned = {
-        Layer.CONVERSATION: sum(i.tokens for i in inflight if i.pinned) + pinned_hist,
+        Layer.CONVERSATION: sum(i.tokens for i in inflight if i.kind != FINISHED_STEP) + pinned_hist,
         Layer.EVIDENCE: sum(i.tokens for i in evidence if i.pinned),
         Layer.MEMORY: sum(i.tokens for i in memory if i.pinned),
     }
     demands = {
-        Layer.CONVERSATION: self._cum[-1] - pinned_hist + sum(i.tokens for i in inflight if not i.pinned),
+        Layer.CONVERSATION: self._cum[-1] - pinned_hist + sum(i.tokens for i in inflight if i.kind == FINISHED_STEP),
         Layer.EVIDENCE: sum(i.tokens for i in evidence if not i.pinned) + self._overheads(evidence, False, fence),
         Layer.MEMORY: sum(i.tokens for i in memory if not i.pinned) + self._overheads(memory, False, fence),
     }

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from .media_probe import B64_URLSAFE, b64_slice, media_duration, pdf_pages
+from .memo import BoundedMemo
 
 __all__ = [
     "TokenCounter",
@@ -543,6 +544,17 @@ def _fps(part: Mapping[str, Any]) -> float:
 # ---------------------------------------------------------------------------
 
 
+_PDF_PAGES = BoundedMemo(64)
+"""Page counts by payload (length and hash: no reference to megabytes kept). One user
+turn's PDF is costed by the compile, the payload frame and the guard, on every call."""
+
+
+def _pdf_pages(data: Any) -> float | None:
+  if not isinstance(data, (str, bytes)):
+    return pdf_pages(data, PDF_MAX_PAGES)
+  return _PDF_PAGES.get((type(data), len(data), hash(data)), lambda: (pdf_pages(data, PDF_MAX_PAGES),))[0]
+
+
 _YOUTUBE = re.compile(r"^(?:https?://)?(?:[a-z0-9-]+\.)*(?:youtube\.com|youtu\.be)(?:[/?#:]|$)", re.IGNORECASE)
 _EXTENSION_MIME = {
     "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "webp": "image/webp", "gif": "image/gif",
@@ -616,7 +628,7 @@ def _media_tokens(part: Mapping[str, Any], key: str, texts: list[str], rules: Me
     pages = _finite(blob.get("pages", part.get("pages")))
     if (pages is None or pages < 0) and data:
       # genai's Part/Blob has no ``pages`` field: for real parts, the bytes say.
-      pages = pdf_pages(data, PDF_MAX_PAGES)
+      pages = _pdf_pages(data)
     if pages is None or pages < 0:
       pages = PDF_UNKNOWN_PAGES
     per_page = _level_tokens(part, rules, rules.pdf_default) if rules.levels else PDF_TOKENS_PER_PAGE

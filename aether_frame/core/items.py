@@ -51,6 +51,10 @@ PLACEMENT = "placement"
 rather than after it (ADK's instruction contents): ``PLACED_FIRST`` ahead of the
 conversation, ``PLACED_BEFORE_REQUEST`` between the kept conversation and the
 payload. Such items are part of the cached prompt prefix."""
+FINISHED_STEP = "finished_step"
+"""Kind of an in-flight item the compiler may trim: a complete earlier step of the
+current invocation (a long tool loop, a ``LoopAgent`` run). Every other in-flight
+item is always sent."""
 PLACED_FIRST = "first"
 PLACED_BEFORE_REQUEST = "before_request"
 

@@ -30,8 +30,14 @@ def _cj(v) -> str:
 
 
 def render_live(req) -> str:
-  """The documented layout, built from a live LlmRequest (one content = one segment)."""
-  out = [f"<<system>>\n{req.config.system_instruction}\n"]
+  """The documented layout, built from a live LlmRequest (one content = one segment;
+  a system Content's non-text parts follow its text, as one segment)."""
+  si = req.config.system_instruction
+  if isinstance(si, types.Content):
+    media = [p.model_dump(mode="json", exclude_none=True) for p in si.parts if p.text is None]
+    out = [f"<<system>>\n{si.parts[0].text}\n"] + ([f"<<system>>\n{_cj(media)}\n"] if media else [])
+  else:
+    out = [f"<<system>>\n{si}\n"]
   for tool in req.config.tools or ():
     for d in tool.function_declarations or ():
       out.append(f"<<tool>>\n{_cj(d.model_dump(mode='json', exclude_none=True))}\n")

@@ -26,25 +26,9 @@ from aether_frame.adk.plugin import ContextPackPlugin
 from aether_frame.core.request_text import request_text
 from aether_frame.offline_model import OfflineLlm, tool_call
 from tests.adk_support import make_runner, new_session, png_bytes, say
-from tests.test_audit_diff import _cj
+from tests.test_audit_diff import render_live
 
 WINDOW = 6000
-
-
-def render_live(req) -> str:
-  """The documented layout from a live LlmRequest; a system Content's non-text parts follow its text."""
-  si = req.config.system_instruction
-  if isinstance(si, types.Content):
-    media = [p.model_dump(mode="json", exclude_none=True) for p in si.parts if not p.text]
-    out = [f"<<system>>\n{si.parts[0].text}\n"] + ([f"<<system>>\n{_cj(media)}\n"] if media else [])
-  else:
-    out = [f"<<system>>\n{si}\n"]
-  for tool in req.config.tools or ():
-    for d in tool.function_declarations or ():
-      out.append(f"<<tool>>\n{_cj(d.model_dump(mode='json', exclude_none=True))}\n")
-  for c in req.contents:
-    out.append(f"<<{c.role}>>\n{_cj([p.model_dump(mode='json', exclude_none=True) for p in c.parts])}\n")
-  return "".join(out)
 
 
 async def _rebuilt(root) -> list:

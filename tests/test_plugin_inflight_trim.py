@@ -74,20 +74,25 @@ def test_a_long_loop_agent_run_is_trimmed_in_chunks_and_stays_packed(tmp_path):
   asyncio.run(go())
 
 
-def test_a_long_tool_loop_keeps_its_open_step_and_trims_finished_ones():
+def _reader(pages: int = 40) -> tuple[LlmAgent, OfflineLlm]:
+  """An agent that reads ``pages`` pages, one tool call each, in one invocation."""
   counter = itertools.count()
 
   def reply(req):
     n = next(counter)
-    return tool_call("fetch_page", {"page": n}, f"c{n}") if n < 40 else "All pages read."
+    return tool_call("fetch_page", {"page": n}, f"c{n}") if n < pages else "All pages read."
 
   def fetch_page(page: int) -> dict:
     """Returns one page of the report."""
     return {"page": page, "text": f"Page {page}: " + "quarterly figures and their notes. " * 30}
 
+  model = OfflineLlm(default=reply)
+  return LlmAgent(name="reader", model=model, instruction="Read the report.", tools=[fetch_page]), model
+
+
+def test_a_long_tool_loop_keeps_its_open_step_and_trims_finished_ones():
   async def go():
-    model = OfflineLlm(default=reply)
-    agent = LlmAgent(name="reader", model=model, instruction="Read the report.", tools=[fetch_page])
+    agent, model = _reader()
     plugin = ContextPackPlugin(window=WINDOW)
     runner = make_runner(agent, [plugin])
     s = await new_session(runner)
@@ -112,16 +117,6 @@ def test_a_cold_worker_keeps_the_in_flight_cut_a_warm_one_made():
   (evicted, another worker, a second thread) trimmed again on every call, moving the
   cached prefix each time. It is kept in state, like the history's cut."""
   def run(evict: bool):
-    counter = itertools.count()
-
-    def reply(req):
-      n = next(counter)
-      return tool_call("fetch_page", {"page": n}, f"c{n}") if n < 40 else "All pages read."
-
-    def fetch_page(page: int) -> dict:
-      """Returns one page of the report."""
-      return {"page": page, "text": f"Page {page}: " + "quarterly figures and their notes. " * 30}
-
     plugin = ContextPackPlugin(window=WINDOW)
 
     class Evictor(BasePlugin):
@@ -130,8 +125,7 @@ def test_a_cold_worker_keeps_the_in_flight_cut_a_warm_one_made():
         return None
 
     async def go():
-      model = OfflineLlm(default=reply)
-      agent = LlmAgent(name="reader", model=model, instruction="Read the report.", tools=[fetch_page])
+      agent, model = _reader()
       runner = make_runner(agent, [Evictor("evictor"), plugin] if evict else [plugin])
       s = await new_session(runner)
       await say(runner, s.id, "Read the whole report.")

@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
-from .media_probe import B64_URLSAFE, b64_slice, media_duration, pdf_pages
+from .media_probe import B64_URLSAFE, b64_slice, iso_boxes, media_duration, pdf_pages
 from .memo import BoundedMemo
 
 __all__ = [
@@ -410,44 +410,26 @@ _HEIF_IPMA_MAX_BYTES = 1 << 16
 _HEIF_TOP_END = 1 << 62  # a window does not know its size: top-level boxes end where reads do
 
 
-def _heif_boxes(w: Any, start: int, end: int, limit: int) -> Iterable[tuple[bytes, int, int]]:
-  """(type, body start, box end) of the ISO BMFF boxes in [start, end)."""
-  pos = start
-  for _ in range(limit):
-    h = w.read(pos, 16) if pos + 8 <= end else b""
-    if len(h) < 8:
-      return
-    size, kind, header = int.from_bytes(h[0:4], "big"), h[4:8], 8
-    if size == 1 and len(h) == 16:
-      size, header = int.from_bytes(h[8:16], "big"), 16
-    elif size == 0:  # runs to the end
-      size = end - pos
-    if size < header:
-      return
-    yield kind, pos + header, min(pos + size, end)
-    pos += size
-
-
 def _heif_dims(w: Any) -> tuple[int, int] | None:
   """HEIC/HEIF/AVIF: the primary item's ``ispe`` (meta > iprp > ipco), else the largest.
 
   An iPhone photo is a grid of 512x512 tiles, each with its own small ispe;
   the grid item that ``pitm`` names carries the full size, which Gemini sees.
   """
-  meta = next(((b, e) for kind, b, e in _heif_boxes(w, 0, _HEIF_TOP_END, _HEIF_MAX_BOXES) if kind == b"meta"), None)
+  meta = next(((b, e) for kind, b, e in iso_boxes(w, 0, _HEIF_TOP_END, _HEIF_MAX_BOXES) if kind == b"meta"), None)
   if meta is None:
     return None
   primary = None
   sizes: dict[int, tuple[int, int]] = {}  # 1-based property index -> (width, height)
   links: dict[int, list[int]] = {}  # item -> its property indices
-  for kind, b, e in _heif_boxes(w, meta[0] + 4, meta[1], _HEIF_MAX_BOXES):  # meta is a full box
+  for kind, b, e in iso_boxes(w, meta[0] + 4, meta[1], _HEIF_MAX_BOXES):  # meta is a full box
     if kind == b"pitm":
       h = w.read(b, 8)
       primary = int.from_bytes(h[4:6] if h[:1] == b"\x00" else h[4:8], "big") if len(h) >= 6 else None
     elif kind == b"iprp":
-      for k2, b2, e2 in _heif_boxes(w, b, e, _HEIF_MAX_BOXES):
+      for k2, b2, e2 in iso_boxes(w, b, e, _HEIF_MAX_BOXES):
         if k2 == b"ipco":
-          for i, (k3, b3, _) in enumerate(_heif_boxes(w, b2, e2, _HEIF_MAX_PROPERTIES), 1):
+          for i, (k3, b3, _) in enumerate(iso_boxes(w, b2, e2, _HEIF_MAX_PROPERTIES), 1):
             h = w.read(b3, 12) if k3 == b"ispe" else b""
             if len(h) == 12:
               sizes[i] = int.from_bytes(h[4:8], "big"), int.from_bytes(h[8:12], "big")

@@ -671,8 +671,9 @@ _MP4_MAX_CHILDREN = 1024
 _TRUN_MAX_BYTES = 1 << 20
 
 
-def _boxes(r: Any, start: int, end: int, limit: int = _MP4_MAX_CHILDREN) -> Iterator[tuple[bytes, int, int]]:
-  """(type, body start, box end) of the boxes in [start, end); box ends are clipped to end."""
+def iso_boxes(r: Any, start: int, end: int, limit: int = _MP4_MAX_CHILDREN) -> Iterator[tuple[bytes, int, int]]:
+  """(type, body start, box end) of the ISO BMFF boxes in [start, end); box ends are clipped
+  to end. MP4/MOV here, HEIF/AVIF in ``costing`` (any reader with ``read(offset, n)``)."""
   pos = start
   for _ in range(limit):
     if pos + 8 > end:
@@ -708,7 +709,7 @@ def _mp4(r: Any) -> float | None:
   """moov/mvhd duration / timescale; for fragmented files mehd, else the last fragment's end."""
   moov = None
   last_moof = None
-  for kind, body, end in _boxes(r, 0, r.size, _MP4_MAX_BOXES):
+  for kind, body, end in iso_boxes(r, 0, r.size, _MP4_MAX_BOXES):
     if kind == b"moov":
       moov = _moov(r, body, end)
       if moov[0] is not None:
@@ -728,13 +729,13 @@ def _moov(r: Any, body: int, end: int) -> tuple[float | None, dict[int, int], di
   track_scales: dict[int, int] = {}
   track_durations: list[float] = []
   defaults: dict[int, int] = {}
-  for kind, b, e in _boxes(r, body, end):
+  for kind, b, e in iso_boxes(r, body, end):
     if kind == b"mvhd":
       times = _full_box_times(r.read(b, 32))
       if times:
         scale, duration = times
     elif kind == b"mvex":
-      for k2, b2, _ in _boxes(r, b, e):
+      for k2, b2, _ in iso_boxes(r, b, e):
         if k2 == b"mehd":
           h = r.read(b2, 12)
           fragments = _u(h[4:12]) if h[:1] == b"\x01" else _u(h[4:8])
@@ -744,12 +745,12 @@ def _moov(r: Any, body: int, end: int) -> tuple[float | None, dict[int, int], di
             defaults[_u(h[4:8])] = _u(h[12:16])
     elif kind == b"trak":
       track_id = None
-      for k2, b2, e2 in _boxes(r, b, e):
+      for k2, b2, e2 in iso_boxes(r, b, e):
         if k2 == b"tkhd":
           h = r.read(b2, 24)
           track_id = _u(h[20:24]) if h[:1] == b"\x01" else _u(h[12:16])
         elif k2 == b"mdia":
-          for k3, b3, _ in _boxes(r, b2, e2):
+          for k3, b3, _ in iso_boxes(r, b2, e2):
             if k3 == b"mdhd":
               times = _full_box_times(r.read(b3, 32))
               if times and times[0] > 0:
@@ -769,14 +770,14 @@ def _moov(r: Any, body: int, end: int) -> tuple[float | None, dict[int, int], di
 def _fragment_end(r: Any, body: int, end: int, scales: dict[int, int], defaults: dict[int, int]) -> float | None:
   """End time of a fragment: tfdt decode time + its trun sample durations, per track."""
   best = None
-  for kind, b, e in _boxes(r, body, end):
+  for kind, b, e in iso_boxes(r, body, end):
     if kind != b"traf":
       continue
     track_id = None
     default = None
     start = None
     total = 0
-    for k2, b2, e2 in _boxes(r, b, e):
+    for k2, b2, e2 in iso_boxes(r, b, e):
       if k2 == b"tfhd":
         h = r.read(b2, 40)
         if len(h) < 8:

@@ -314,21 +314,21 @@ def test_inflight_steps_are_trimmed_oldest_first_after_history_and_in_chunks():
   inp, pack = _compile(_fixed(), _history(10), window=2600, inflight=[*steps, latest])
   check_accounting(inp, pack)
   assert "latest" in pack.inflight_ids and "step0" not in pack.inflight_ids
-  assert pack.inflight_start_id is not None and pack.inflight_start_id in pack.inflight_ids
+  assert pack.inflight_cut > 0 and f"step{pack.inflight_cut}" in pack.inflight_ids
   assert "earlier turns omitted" in pack.payload or "omitted" in pack.payload.split("BUDGET", 1)[1]
   # Replayed from its stored form, the same bytes.
   again = compile_pack(CompileInput.model_validate_json(inp.model_dump_json()), COUNTER)
   assert again.payload == pack.payload and again.manifest == pack.manifest
   # The next step of the loop, with the previous cut as its hint: the cut holds
   # while it fits (the cached prefix survives), and moves only in a chunk.
-  cuts, hint = [], None
+  cuts, hint = [], 0
   for n in range(30, 45):
     steps = _steps(n)
-    call = CallInputs(items=_fixed(), inflight=steps + [latest], window=2600, has_plan=True, inflight_hint=hint)
+    call = CallInputs(items=_fixed(), inflight=steps + [latest], window=2600, has_plan=True, inflight_cut=hint)
     step_inp = CompileInput(policy=PackPolicy(), history=_history(10), call=call)
     got = compile_pack(step_inp, COUNTER)
     check_accounting(step_inp, got)
-    hint = got.inflight_start_id
+    hint = got.inflight_cut
     cuts.append(hint)
   moves = sum(1 for a, b in zip(cuts, cuts[1:]) if a != b)
   assert 1 <= moves <= 5, cuts

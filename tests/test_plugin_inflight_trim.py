@@ -136,3 +136,79 @@ def test_a_cold_worker_keeps_the_in_flight_cut_a_warm_one_made():
   responses = [sum(1 for c in req for p in c["parts"] if "function_response" in p) for req in warm]
   assert responses[-1] < 40, "no step was trimmed: nothing was tested"
   assert len(warm) == 41 and warm == cold
+
+
+def test_parallel_runs_of_one_agent_cut_their_own_steps():
+  """Two ``parallel_worker`` runs of one agent in one invocation: the run with short pages
+  fits and must send every step, whatever the run with long pages had to trim."""
+  from google.adk.tools import ToolContext
+  from google.adk.workflow import START, Workflow
+
+  def reply(req):
+    last = next((p.function_response for p in req.contents[-1].parts or () if p.function_response), None)
+    n = 0 if last is None else last.response["page"] + 1
+    return tool_call("fetch_page", {"page": n}, f"c{n}") if n < 40 else "All pages read."
+
+  def fetch_page(page: int, tool_context: ToolContext) -> dict:
+    """Returns one page of the item."""
+    long = str(tool_context._invocation_context.branch).endswith("@1")
+    return {"page": page, "text": f"Page {page}: " + "quarterly figures and their notes. " * (30 if long else 2)}
+
+  async def go():
+    worker = LlmAgent(name="worker", model=OfflineLlm(default=reply), instruction="Read the item.", tools=[fetch_page],
+                      parallel_worker=True)
+    plugin = ContextPackPlugin(window=WINDOW)
+    def split(node_input: str) -> list:
+      return ["long", "short"]
+
+    runner = make_runner(Workflow(name="wf", edges=[(START, split, worker)]), [plugin])
+    s = await new_session(runner)
+    await say(runner, s.id, "Read the items.")
+    assert plugin.faults == 0
+    trimmed, whole = 0, 0
+    for d in await manifests(runner, s.id):
+      steps = [r for r in d["items"] if r["id"].startswith("inflight:")]
+      dropped = [r for r in steps if r["status"] == "dropped"]
+      if steps and max(r["tokens"] for r in steps) > 150:
+        trimmed += bool(dropped)
+      elif steps:
+        assert not dropped, f"the short run dropped {len(dropped)} steps it had room for"
+        whole += 1
+    assert trimmed and whole >= 30
+  asyncio.run(go())
+
+
+def test_a_blocked_call_takes_its_in_flight_cut_back():
+  """A guardrail after the plugin answers the first call whose pack trims steps: no model
+  saw that cut, so the state must not keep it for the next call."""
+  from google.adk.models.llm_response import LlmResponse
+
+  from aether_frame.adk.state_schema import STEPS_KEY_PREFIX
+
+  key = STEPS_KEY_PREFIX + "reader"
+  seen: list = []
+
+  class Spy(BasePlugin):
+    async def before_model_callback(self, *, callback_context, llm_request):
+      seen.append(callback_context.state.get(key))
+
+  class Guardrail(BasePlugin):
+    async def before_model_callback(self, *, callback_context, llm_request):
+      if blocked and len(seen) - 1 == blocked[0]:
+        return LlmResponse(content=tool_call("fetch_page", {"page": 999}, "guard"))
+
+  async def go(block_at):
+    seen.clear()
+    blocked[:] = [block_at] if block_at is not None else []
+    agent, _ = _reader()
+    plugin = ContextPackPlugin(window=WINDOW)
+    runner = make_runner(agent, [Spy("spy"), plugin, Guardrail("guardrail")])
+    s = await new_session(runner)
+    await say(runner, s.id, "Read the whole report.")
+    return list(seen)
+
+  blocked: list = []
+  free = asyncio.run(go(None))
+  first_cut = next(i for i, v in enumerate(free) if v is not None) - 1  # the call that first wrote a cut
+  taken = asyncio.run(go(first_cut))
+  assert taken[first_cut + 1] is None, "the blocked call's cut stayed in state"

@@ -156,7 +156,7 @@ class _Undo:
   calls: tuple[Any, int]
   lane: tuple
   tail_hint: Optional[str]
-  steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
+  steps_cut: tuple[Optional[str], int] = (None, 0)
   prior: dict[str, Any] = field(default_factory=dict)
   written: dict[str, Any] = field(default_factory=dict)
 
@@ -180,8 +180,8 @@ class _SessionCache:
   watched: list[int] = field(default_factory=list)
   """History positions ADK may rewrite in place on a later call (see ``_carries_skill_body``)."""
   tail_hint: Optional[str] = None
-  steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
-  """(invocation id, oldest trimmable in-flight step kept): the in-flight cut's hysteresis."""
+  steps_cut: tuple[Optional[str], int] = (None, 0)
+  """(invocation id, finished steps dropped): the in-flight cut's hysteresis."""
   artifact_names: list[str] = field(default_factory=list)
   """The session's artifacts as last listed (ours included, in the store's order)."""
   artifacts_retry_at: float = 0.0
@@ -466,13 +466,14 @@ class ContextPackPlugin(BasePlugin):
     cache = sent.cache() if sent.cache is not None else None
     if cache is not None:  # (a cache evicted since has no hint to restore)
       cache.tail_hint = undo.tail_hint
-      cache.steps_hint = undo.steps_hint
+      cache.steps_cut = undo.steps_cut
     old_tail = undo.prior.get(TAIL_KEY_PREFIX + undo.lane[3], _MISSING)
-    if old_tail is _MISSING:
-      self._tail_written.pop(undo.lane, None)
-    else:
-      self._tail_written[undo.lane] = old_tail
-    self._calls.pop(id(sent.actions), None)
+    with self._guard:
+      if old_tail is _MISSING:
+        self._tail_written.pop(undo.lane, None)
+      else:
+        self._tail_written[undo.lane] = old_tail
+      self._calls.pop(id(sent.actions), None)
 
   # ------------------------------------------------------------------ compile
   @contextlib.asynccontextmanager
@@ -806,10 +807,10 @@ class ContextPackPlugin(BasePlugin):
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     tail_key, lane = TAIL_KEY_PREFIX + agent, self._key(ctx)[:4]
     hint = self._tail_hint(cache, lane, state.get(tail_key))
-    steps_key = STEPS_KEY_PREFIX + agent
-    steps_hint = _steps_hint(cache.steps_hint, state.get(steps_key), ctx.invocation_id)
+    steps_key, steps_lane = STEPS_KEY_PREFIX + agent, _lane_label(self._key(ctx))
+    steps_cut = _steps_cut(cache.steps_cut, state.get(steps_key), ctx.invocation_id, steps_lane)
     call = CallInputs(
-        items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
+        items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_cut=steps_cut,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
         problems=[f"{where} left out: {why}" for where, why in read.rejected.items()],
         meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model},
@@ -864,13 +865,14 @@ class ContextPackPlugin(BasePlugin):
     calls = _llm_calls(ctx)
     undo = None if calls is None else _Undo(
         calls, lane, cache.tail_hint,
-        prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY, steps_key)}, steps_hint=cache.steps_hint)
+        prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY, steps_key)}, steps_cut=cache.steps_cut)
     cache.tail_hint = pack.tail_start_id
-    cache.steps_hint = (ctx.invocation_id, pack.inflight_start_id)
-    if pack.inflight_start_id is not None:  # the invocation's steps were trimmed: every worker keeps the cut
-      steps = {"invocation": ctx.invocation_id, "start": pack.inflight_start_id}
-      if state.get(steps_key) != steps:
-        state[steps_key] = steps
+    cache.steps_cut = (ctx.invocation_id, pack.inflight_cut)
+    steps = _with_steps_cut(state.get(steps_key), ctx.invocation_id, steps_lane, pack.inflight_cut)
+    if steps is not None:  # the invocation's steps were trimmed: every worker keeps the cut
+      state[steps_key] = steps
+      if undo is not None:
+        undo.written[steps_key] = steps
     payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
     _hold_cache_creation(llm_request, payload_at)
     before = getattr(llm_request, "cache_metadata", None)
@@ -1173,14 +1175,37 @@ def _over_call_limit(ctx) -> bool:
   return isinstance(limit, int) and isinstance(made, int) and 0 < limit <= made
 
 
-def _steps_hint(cached: tuple[Optional[str], Optional[str]], stored: Any, invocation_id: str) -> Optional[str]:
-  """The in-flight cut of this invocation: this process's, else the one in state (another
-  worker's, or this one's before its cache was evicted). Anyone can write state."""
-  if cached[0] == invocation_id and cached[1] is not None:
-    return cached[1]
-  if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id and isinstance(stored.get("start"), str):
-    return stored["start"]
-  return None
+def _lane_label(key: tuple) -> str:
+  """A compiler key's branch and node path: parallel runs of one agent cut their own steps."""
+  return f"{key[4] or ''}|{key[5] or ''}"
+
+
+def _steps_cut(cached: tuple[Optional[str], int], stored: Any, invocation_id: str, lane: str) -> int:
+  """This invocation's in-flight cut for ``lane``: the larger of this process's and the
+  one in state (another worker's, or this one's before its cache was evicted). The cut
+  never moves back. Anyone can write state: a value that does not read is ignored."""
+  mine = cached[1] if cached[0] == invocation_id else 0
+  theirs = 0
+  if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id:
+    cuts = stored.get("cuts")
+    value = cuts.get(lane) if isinstance(cuts, Mapping) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+      theirs = value
+  return max(mine, theirs)
+
+
+def _with_steps_cut(stored: Any, invocation_id: str, lane: str, cut: int) -> Optional[dict[str, Any]]:
+  """The state value recording ``cut`` for ``lane`` (None: nothing to write). One key per
+  agent; a new invocation replaces the last one's cuts."""
+  if cut <= 0:
+    return None
+  cuts = {}
+  if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id and isinstance(stored.get("cuts"), Mapping):
+    cuts = dict(stored["cuts"])
+  if cuts.get(lane) == cut:
+    return None
+  cuts[lane] = cut
+  return {"invocation": invocation_id, "cuts": cuts}
 
 
 def _payloads(content: types.Content) -> tuple:

@@ -55,8 +55,9 @@ class CallInputs(BaseModel):
   max_output_tokens: Optional[int] = Field(default=None, ge=0)
   tail_hint: Optional[str] = None
   """Id of the oldest history group the previous call kept (hysteresis)."""
-  inflight_hint: Optional[str] = None
-  """Id of the oldest trimmable in-flight step the previous call kept (hysteresis)."""
+  inflight_cut: int = Field(default=0, ge=0)
+  """How many of the oldest trimmable in-flight steps the previous call of this
+  invocation dropped (hysteresis; steps only append within an invocation)."""
   token_scale: float = Field(default=1.0, ge=1e-6, le=1e6, allow_inf_nan=False)
   """Calibration: actual/estimated tokens, margin included (the calibrator bounds it)."""
   now: Optional[float] = Field(default=None, ge=MIN_TIMESTAMP, le=MAX_TIMESTAMP, allow_inf_nan=False)
@@ -70,13 +71,13 @@ class CallInputs(BaseModel):
 
 def recorded_call_exclusions(call: CallInputs) -> set[str]:
   """Fields of ``call`` kept out of its recorded scalars: the item lists (hashed or
-  stored on their own), and an empty ``problems`` and ``inflight_hint``, which
+  stored on their own), and an empty ``problems`` and a zero ``inflight_cut``, which
   older inputs did not have, so their input hashes and stored inputs are unchanged."""
   out = {"items", "inflight"}
   if not call.problems:
     out.add("problems")
-  if call.inflight_hint is None:
-    out.add("inflight_hint")
+  if not call.inflight_cut:
+    out.add("inflight_cut")
   return out
 
 
@@ -108,8 +109,8 @@ class CompiledPack:
   problems: list[str] = field(default_factory=list)
   inflight_ids: list[str] = field(default_factory=list)
   """The in-flight items sent, in order (all of them unless trimmable ones were trimmed)."""
-  inflight_start_id: Optional[str] = None
-  """The oldest trimmable in-flight step kept: the next call's ``inflight_hint``."""
+  inflight_cut: int = 0
+  """Trimmable in-flight steps dropped, oldest first: the next call's ``CallInputs.inflight_cut``."""
 
 
 _DIGEST_MEMO = BoundedMemo(4096)
@@ -464,12 +465,12 @@ class CompilerSession:
     # older than any in-flight step: it goes first, then trimmable steps.
     conversation_budget = eff["conversation"] - sum(i.tokens for i in inflight if i.kind != FINISHED_STEP)
     tail_start, tail_events = self._tail(call.tail_hint, conversation_budget - sum(i.tokens for i in trimmable))
-    cut, inflight_events = self._inflight_cut(trimmable, call.inflight_hint, conversation_budget - self._tail_cost(tail_start))
+    cut, inflight_events = self._inflight_cut(trimmable, call.inflight_cut, conversation_budget - self._tail_cost(tail_start))
     if cut and tail_start < len(self.history):
       # Older turns never stay while newer steps go (a hint may say steps were trimmed).
       tail_events.append(self._range_event(tail_start, len(self.history), "older conversation, trimmed before in-flight steps"))
       tail_start = len(self.history)
-      cut, inflight_events = self._inflight_cut(trimmable, call.inflight_hint, conversation_budget - self._tail_cost(tail_start))
+      cut, inflight_events = self._inflight_cut(trimmable, call.inflight_cut, conversation_budget - self._tail_cost(tail_start))
     tail_events += inflight_events
     for ev in inflight_events:
       for iid in ev["item_ids"]:
@@ -571,7 +572,7 @@ class CompilerSession:
         valid=not problems,
         problems=problems,
         inflight_ids=[i.id for i in sent],
-        inflight_start_id=trimmable[cut].id if 0 < cut < len(trimmable) else None,
+        inflight_cut=cut,
     )
 
   # ---------------------------------------------------------------- helpers
@@ -821,14 +822,13 @@ class CompilerSession:
     events.append(self._range_event(start, new_start, "older conversation, chunked trim to the low-water mark"))
     return new_start, events
 
-  def _inflight_cut(self, steps: list[Item], hint: Optional[str], budget: int) -> tuple[int, list[dict[str, Any]]]:
+  def _inflight_cut(self, steps: list[Item], earlier: int, budget: int) -> tuple[int, list[dict[str, Any]]]:
     """How many of the oldest trimmable in-flight ``steps`` to drop, as ``_tail`` trims
     history: the previous cut while it fits, else down to the low-water mark in one go,
     so a long loop's cached prefix breaks in rare chunks."""
     if not steps:
       return 0, []
-    ids = [i.id for i in steps]
-    start = ids.index(hint) if hint in ids else 0
+    start = min(earlier, len(steps))
     suffix = [0] * (len(steps) + 1)
     for k in range(len(steps) - 1, -1, -1):
       suffix[k] = suffix[k + 1] + steps[k].tokens

@@ -297,10 +297,11 @@ class ContextPackPlugin(BasePlugin):
     session caches: evicting a busy session's cache lost its calibration samples."""
     self._busy: dict[tuple, list] = {}
     """(event loop, compiler key) -> [lock, holders]: a key's lock lives only while someone holds or awaits it."""
-    self._owners: dict[tuple, int] = {}
-    """Compiler key -> the thread compiling with its cache now (see ``_serial``)."""
+    self._owned: set[tuple] = set()
+    """Compiler keys whose shared cache a compile uses now, in any thread (see ``_serial``)."""
     self._guard = threading.Lock()
-    """Guards ``_busy``, ``_owners`` and ``_sessions`` against other threads' loops (never held across an await)."""
+    """Guards ``_busy``, ``_owned``, ``_sessions`` and the small tables against other threads' loops
+    (never held across an await, never taken twice)."""
     self._logged: OrderedDict[str, None] = OrderedDict()
     self._tail_written: OrderedDict[tuple, Optional[str]] = OrderedDict()
     """(app, user, session, agent) -> the tail hint this process last wrote to state."""
@@ -503,15 +504,14 @@ class ContextPackPlugin(BasePlugin):
     try:
       async with entry[0]:
         with self._guard:
-          shared = key not in self._owners
-          if shared:
-            self._owners[key] = threading.get_ident()
+          shared = key not in self._owned
+          self._owned.add(key)
         try:
           yield shared
         finally:
           if shared:
             with self._guard:
-              self._owners.pop(key, None)
+              self._owned.discard(key)
     finally:
       with self._guard:
         entry[1] -= 1

@@ -164,3 +164,20 @@ def test_two_threads_on_one_session_are_both_packed_and_do_not_hang():
   assert len(model.received) == 4
   for req in model.received:
     assert (req.contents[-1].parts[0].text or "").startswith("CONTEXT PACK v1")
+
+
+def test_each_session_ranks_with_a_ranker_of_its_own():
+  """The ranker's per-layer BM25 indexes are mutated by a compile: shared by every session,
+  two sessions compiling in two threads (layers over 48 items) raised mid-ranking and cost
+  their users the pack. Each session's compiler gets a child sharing only the analysis caches."""
+  model = OfflineLlm(default="noted")
+  plugin = ContextPackPlugin(window=8000, manifest_writer=ManifestWriter(spool_dir=False))
+  runner = make_runner(LlmAgent(name="a", model=model, instruction="Be brief."), [plugin])
+  for sid in ("s1", "s2"):
+    asyncio.run(runner.session_service.create_session(app_name=runner.app_name, user_id=USER, session_id=sid))
+    for _ in runner.run(user_id=USER, session_id=sid, new_message=_msg("hello")):
+      pass
+  rankers = [cache.compiler.ranker for cache in plugin._sessions.values()]
+  assert len(rankers) == 2 and rankers[0] is not rankers[1] and plugin.ranker not in rankers
+  assert rankers[0]._features is rankers[1]._features is plugin.ranker._features  # analysis stays shared
+  assert rankers[0]._layers is not rankers[1]._layers

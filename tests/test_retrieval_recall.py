@@ -328,3 +328,17 @@ def test_mmr_in_explain_equals_brute_force_jaccard(n):
     assert (got["score"], got["redundancy"], got["rank"]) == (p.value, p.redundancy, rank)
     if p.similar_to is not None and p.redundancy > 0.0:
       assert got["similar_to"] == items[pool[p.similar_to]].id
+
+
+def test_a_query_of_only_common_terms_still_finds_relevant_turns():
+  """When even the rarest query term is in more turns than the search may read, it read
+  none: no turn had any relevance, and recall offered the newest turns, unrelated."""
+  rng = random.Random(3)
+  filler = "status update from the weekly sync about the aether rollout and the billing service".split()
+  items = [Item(id=f"g{i}", layer=Layer.CONVERSATION, kind="turn", text=" ".join(rng.choice(filler) for _ in range(10)),
+                provenance=Provenance(timestamp=T0 + 60 * i, author="user" if i % 2 == 0 else "assistant"))
+           for i in range(6000)]
+  index = _index(default_ranker(), items)
+  hits = index.search("aether billing rollout", k=5, now=T0 + 60 * 6000)
+  assert not index.last_exact and len(hits) == 5
+  assert all(explain["relevance"] > 0.0 for _, _, explain in hits), hits

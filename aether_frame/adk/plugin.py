@@ -607,17 +607,28 @@ class ContextPackPlugin(BasePlugin):
     """The key's warm cache; a fresh, unshared one when another thread compiles with it now."""
     counter = counter or self.counter
     if not shared:
-      return _SessionCache(CompilerSession(policy, counter, ranker=self.ranker, history_index=self._index_factory()))
+      return self._new_cache(policy, counter)
     key = self._key(ctx)
     with self._guard:
       cache = self._sessions.get(key)
       if cache is None or cache.compiler.policy is not policy or cache.compiler.counter is not counter:
-        cache = _SessionCache(CompilerSession(policy, counter, ranker=self.ranker, history_index=self._index_factory()))
+        cache = self._new_cache(policy, counter)
         self._sessions[key] = cache
         while len(self._sessions) > _MAX_SESSIONS:
           self._sessions.popitem(last=False)
       self._sessions.move_to_end(key)
     return cache
+
+  def _new_cache(self, policy: PackPolicy, counter: TokenCounter) -> _SessionCache:
+    """A session's compiler, with a ranker of its own when the ranker can make one.
+
+    A ranker keeps per-layer indexes that a compile mutates: shared by sessions
+    compiling in other threads (sync ``Runner.run``), they raised mid-ranking.
+    ``HybridRanker.child()`` shares only the text-analysis caches.
+    """
+    child = getattr(self.ranker, "child", None)
+    ranker = child() if callable(child) else self.ranker
+    return _SessionCache(CompilerSession(policy, counter, ranker=ranker, history_index=self._index_factory()))
 
   def _sync_history(self, cache: _SessionCache, history: list[types.Content],
                     result_openings: Sequence[str] = ()) -> None:

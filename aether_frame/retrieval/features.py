@@ -56,7 +56,10 @@ class LRU:
         data.popitem(last=False)
       return value
     self.hits += 1
-    data.move_to_end(key)
+    try:
+      data.move_to_end(key)
+    except KeyError:  # evicted meanwhile by another thread (sessions share the analysis caches)
+      pass
     return value
 
 

@@ -35,6 +35,7 @@ depend on all the others; those searches rank the whole history (``scan``).
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from bisect import bisect_left, insort
 from collections import Counter
@@ -358,7 +359,13 @@ class _Search:
       spent = 0
       for j, i in enumerate(order):
         size = len(t1[i][1])
-        if spent + size > self.ix.budget and (j or size > 4 * self.ix.budget):
+        if j == 0 and size > 4 * self.ix.budget:
+          # Every term is common: its newest postings seed the search (reading
+          # none left no seeds, and recall offered the newest turns, unrelated).
+          term, postings, idf = t1[i]
+          self._accumulate(acc, [(term, dict(itertools.islice(reversed(postings.items()), self.ix.budget)), idf)])
+          break
+        if spent + size > self.ix.budget and j:
           break
         self._accumulate(acc, [t1[i]])
         spent += size

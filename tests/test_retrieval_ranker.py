@@ -184,3 +184,22 @@ def test_vector_only_weights_without_an_embedder_do_not_crash():
   ranker = HybridRanker(RetrievalWeights(text=0.0, similarity=1.0))
   out = ranker.rank("vacation", conversation(), layer=Layer.MEMORY, now=None)
   assert all(it.meta["explain"]["relevance"] == 0.0 for it in out)
+
+
+@pytest.mark.parametrize("query, author, named", [
+    ("what did Ed say about the order?", "Ed", True),
+    ("what was the lunch order we placed for the offsite?", "Ed", False),  # "placed" is not Ed
+    ("I always forget the lunch order", "Al", False),
+    ("what did Ann Lee order?", "Ann Lee", True),
+    ("what did Ann order?", "Ann Lee", True),  # the first name alone
+    ("did Caroline's plan change?", "Caroline", True),
+    ("what did 田中 say about tea?", "田中", True),
+    ("田中さんは何と言いましたか", "田中", True),  # no spaces, a particle glued on
+    ("что сказал Алексей о чае?", "Алексей", True),
+    ("что сказал Алексеев?", "Алексей", False),
+])
+def test_an_author_is_named_by_a_word_of_their_name_in_any_script(query, author, named):
+  from aether_frame.retrieval.features import QueryInfo
+  from aether_frame.retrieval.weights import RetrievalWeights
+
+  assert QueryInfo(query, RetrievalWeights()).names(author) is named

@@ -11,6 +11,7 @@ time ranges), so it is memoised per query. Both caches are bounded LRUs.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, OrderedDict
 from typing import Any, Callable, Hashable, Optional
 
@@ -202,21 +203,38 @@ class QueryInfo:
       return out
 
   def names(self, author: str) -> bool:
-    """The author (or their first name) appears in the query."""
-    parts = _author_parts(author)
-    return bool(parts) and (parts[0] in self.words or author.lower() in self.lower)
+    """The author (or their first name) appears in the query, as a word of its own."""
+    pattern = _author_pattern(author)
+    return pattern is not None and pattern.search(self.lower) is not None
 
 
-_PARTS: dict[str, list[str]] = {}
+_NAME_WORD = re.compile(r"[^\W_]+")
+_UNSPACED = re.compile("[\u0e00-\u0e7f\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+"""Thai, kana, CJK ideographs, Hangul: written without spaces between words (or with
+particles glued on), so a name there is found as it stands."""
+_PATTERNS: dict[str, Optional[re.Pattern]] = {}
 
 
-def _author_parts(author: str) -> list[str]:
-  parts = _PARTS.get(author)
-  if parts is None:
-    if len(_PARTS) > 4096:
-      _PARTS.clear()
-    parts = _PARTS[author] = PLAIN_WORDS(author.lower())
-  return parts
+def _author_pattern(author: str) -> Optional[re.Pattern]:
+  """The author's full name or first name, on word boundaries: "Ed" is not named by
+  "placed", nor "Al" by "always". A name in any script (``PLAIN_WORDS`` saw only a-z)."""
+  pattern = _PATTERNS.get(author, _MISSING)
+  if pattern is _MISSING:
+    if len(_PATTERNS) > 4096:
+      _PATTERNS.clear()
+    lowered = " ".join(author.lower().split())
+    parts = _NAME_WORD.findall(lowered)
+    pieces = []
+    for name in sorted({lowered, parts[0]} if parts else set()):
+      if _UNSPACED.search(name):
+        pieces.append(re.escape(name))
+      else:
+        pieces.append(r"(?<![^\W_])" + re.escape(name) + r"(?![^\W_])")
+    pattern = _PATTERNS[author] = re.compile("|".join(pieces)) if pieces else None
+  return pattern
+
+
+_MISSING = object()
 
 
 def num(value: Any) -> Optional[float]:

@@ -175,6 +175,8 @@ def test_parallel_runs_of_one_agent_cut_their_own_steps():
         assert not dropped, f"the short run dropped {len(dropped)} steps it had room for"
         whole += 1
     assert trimmed and whole >= 30
+    lanes = {d.get("lane") for d in await manifests(runner, s.id)}
+    assert len(lanes) == 2 and None not in lanes  # each run's manifests say which run they are
   asyncio.run(go())
 
 

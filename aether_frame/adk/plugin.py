@@ -824,7 +824,8 @@ class ContextPackPlugin(BasePlugin):
         items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_cut=steps_cut,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
         problems=[f"{where} left out: {why}" for where, why in read.rejected.items()],
-        meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model},
+        meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model,
+              **({"lane": steps_lane} if steps_lane != "|" else {})},
     )
     with _tracer.start_as_current_span("aether_frame.compile") as span:
       pack = cache.compiler.compile(call)

@@ -57,7 +57,7 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
       continue
     doc = manifest_doc.verify(call.doc, where=call.where)  # a tampered manifest stops the report
     row = CallRow(call.label, v, manifest_doc.body_of(doc), events=list(doc.get("truncation_events") or []))
-    agent = str(doc.get("agent") or "?")
+    agent = f'{doc.get("agent") or "?"} {doc.get("lane") or ""}'.strip()  # parallel runs are told apart
     row.first = agent not in prev
     try:
       rb = await rebuild(source, call, ranking=ranking)

@@ -1101,7 +1101,7 @@ class CompilerSession:
     placed = [_item_digest(i) for i in inflight if i.meta.get(PLACEMENT) in (PLACED_FIRST, PLACED_BEFORE_REQUEST)]
     if placed:  # instruction contents ride before the payload: a change to them breaks the cache too
       prefix["instructions"] = placed
-    return {
+    doc = {
         "schema": MANIFEST_SCHEMA,
         "pack_id": "pack_" + input_sha.removeprefix("sha256:")[:20],
         "invocation_id": call.meta.get("invocation_id"),
@@ -1140,6 +1140,9 @@ class CompilerSession:
         "output_sha256": digest(output),
         "prefix_sha256": digest(prefix),
     }
+    if call.meta.get("lane"):  # a parallel run of the agent (branch | node path); absent otherwise
+      doc["lane"] = call.meta["lane"]
+    return doc
 
 
 def compile_pack(

@@ -265,9 +265,9 @@ def compile_inputs(draw, *, max_turns: int = 30, windows: Optional[st.SearchStra
   window = draw(windows)
   max_out = draw(st.none() | st.integers(0, window // 4))
   hint = draw(st.none() | st.sampled_from([h.id for h in history])) if history else None
-  steps_cut = draw(st.integers(0, len(inflight))) if inflight else 0
+  steps_hint = draw(st.none() | st.sampled_from([i.id for i in inflight] + ["gone"])) if inflight else None
   call = CallInputs(
-      items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_cut=steps_cut,
+      items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
       token_scale=draw(st.sampled_from([1.0, 1.0, 1.05, 1.2])),
       now=draw(st.none() | st.just(1.75e9)),
       has_plan=any(i.kind == "goal" for i in items),

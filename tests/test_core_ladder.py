@@ -314,21 +314,22 @@ def test_inflight_steps_are_trimmed_oldest_first_after_history_and_in_chunks():
   inp, pack = _compile(_fixed(), _history(10), window=2600, inflight=[*steps, latest])
   check_accounting(inp, pack)
   assert "latest" in pack.inflight_ids and "step0" not in pack.inflight_ids
-  assert pack.inflight_cut > 0 and f"step{pack.inflight_cut}" in pack.inflight_ids
+  assert pack.inflight_hint is not None and pack.inflight_hint not in pack.inflight_ids
+  assert f"step{int(pack.inflight_hint[4:]) + 1}" in pack.inflight_ids
   assert "earlier turns omitted" in pack.payload or "omitted" in pack.payload.split("BUDGET", 1)[1]
   # Replayed from its stored form, the same bytes.
   again = compile_pack(CompileInput.model_validate_json(inp.model_dump_json()), COUNTER)
   assert again.payload == pack.payload and again.manifest == pack.manifest
   # The next step of the loop, with the previous cut as its hint: the cut holds
   # while it fits (the cached prefix survives), and moves only in a chunk.
-  cuts, hint = [], 0
+  cuts, hint = [], None
   for n in range(30, 45):
     steps = _steps(n)
-    call = CallInputs(items=_fixed(), inflight=steps + [latest], window=2600, has_plan=True, inflight_cut=hint)
+    call = CallInputs(items=_fixed(), inflight=steps + [latest], window=2600, has_plan=True, inflight_hint=hint)
     step_inp = CompileInput(policy=PackPolicy(), history=_history(10), call=call)
     got = compile_pack(step_inp, COUNTER)
     check_accounting(step_inp, got)
-    hint = got.inflight_cut
+    hint = got.inflight_hint
     cuts.append(hint)
   moves = sum(1 for a, b in zip(cuts, cuts[1:]) if a != b)
   assert 1 <= moves <= 5, cuts
@@ -352,3 +353,18 @@ def test_in_flight_items_of_other_kinds_are_always_sent_as_before():
   check_accounting(inp, pack)
   with pytest.raises(ContextBudgetExhausted):
     _compile(_fixed(), _history(10), window=900, inflight=old_style)
+
+
+def test_a_hint_naming_no_current_step_is_ignored():
+  """ADK may rebuild an invocation's steps (compaction summarises them, a resumed call
+  sends a shorter request): a cut kept as a count dropped steps that fit, with a false
+  'trimmed in an earlier call'. The hint names a step; one not among the steps is ignored."""
+  steps = _steps(30)
+  call = CallInputs(items=_fixed(), inflight=steps, window=2600, has_plan=True)
+  first = compile_pack(CompileInput(policy=PackPolicy(), history=_history(10), call=call), COUNTER)
+  assert first.inflight_hint is not None
+  short = _steps(4)  # rebuilt: the hinted step is gone, the rest fits easily
+  again = compile_pack(CompileInput(policy=PackPolicy(), history=_history(10), call=call.model_copy(
+      update={"inflight": short, "inflight_hint": first.inflight_hint})), COUNTER)
+  assert list(again.inflight_ids) == [s.id for s in short] and again.inflight_hint is None
+  assert not any("in-flight" in e["reason"] for e in again.manifest["truncation_events"])

@@ -156,7 +156,7 @@ class _Undo:
   calls: tuple[Any, int]
   lane: tuple
   tail_hint: Optional[str]
-  steps_cut: tuple[Optional[str], int] = (None, 0)
+  steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
   prior: dict[str, Any] = field(default_factory=dict)
   written: dict[str, Any] = field(default_factory=dict)
 
@@ -180,8 +180,8 @@ class _SessionCache:
   watched: list[int] = field(default_factory=list)
   """History positions ADK may rewrite in place on a later call (see ``_carries_skill_body``)."""
   tail_hint: Optional[str] = None
-  steps_cut: tuple[Optional[str], int] = (None, 0)
-  """(invocation id, finished steps dropped): the in-flight cut's hysteresis."""
+  steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
+  """(invocation id, newest finished step dropped): the in-flight cut's hysteresis."""
   artifact_names: list[str] = field(default_factory=list)
   """The session's artifacts as last listed (ours included, in the store's order)."""
   artifacts_retry_at: float = 0.0
@@ -198,18 +198,20 @@ class _ByInvocation:
 
   def __init__(self) -> None:
     self._by_id: dict[int, tuple[weakref.ref, dict]] = {}
+    self._lock = threading.Lock()  # a context's weakref callback may run in any thread
 
   def get(self, ic: Any, key: tuple) -> Any:
     entry = self._by_id.get(id(ic))
     return entry[1].get(key) if entry is not None and entry[0]() is ic else None
 
   def put(self, ic: Any, key: tuple, value: Any) -> None:
-    entry = self._by_id.get(id(ic))
-    if entry is None or entry[0]() is not ic:
-      at = id(ic)
-      ref = weakref.ref(ic, lambda r, at=at: self._drop(at, r))
-      entry = self._by_id[at] = (ref, {})
-    entry[1][key] = value
+    with self._lock:
+      entry = self._by_id.get(id(ic))
+      if entry is None or entry[0]() is not ic:
+        at = id(ic)
+        ref = weakref.ref(ic, lambda r, at=at: self._drop(at, r))
+        entry = self._by_id[at] = (ref, {})
+      entry[1][key] = value
 
   def pop(self, ic: Any, key: tuple) -> None:
     entry = self._by_id.get(id(ic))
@@ -217,9 +219,10 @@ class _ByInvocation:
       entry[1].pop(key, None)
 
   def _drop(self, at: int, ref: weakref.ref) -> None:
-    entry = self._by_id.get(at)
-    if entry is not None and entry[0] is ref:
-      del self._by_id[at]
+    with self._lock:
+      entry = self._by_id.get(at)
+      if entry is not None and entry[0] is ref:
+        del self._by_id[at]
 
   def __len__(self) -> int:
     return len(self._by_id)
@@ -467,7 +470,7 @@ class ContextPackPlugin(BasePlugin):
     cache = sent.cache() if sent.cache is not None else None
     if cache is not None:  # (a cache evicted since has no hint to restore)
       cache.tail_hint = undo.tail_hint
-      cache.steps_cut = undo.steps_cut
+      cache.steps_hint = undo.steps_hint
     old_tail = undo.prior.get(TAIL_KEY_PREFIX + undo.lane[3], _MISSING)
     with self._guard:
       if old_tail is _MISSING:
@@ -819,9 +822,9 @@ class ContextPackPlugin(BasePlugin):
     tail_key, lane = TAIL_KEY_PREFIX + agent, self._key(ctx)[:4]
     hint = self._tail_hint(cache, lane, state.get(tail_key))
     steps_key, steps_lane = STEPS_KEY_PREFIX + agent, _lane_label(self._key(ctx))
-    steps_cut = _steps_cut(cache.steps_cut, state.get(steps_key), ctx.invocation_id, steps_lane)
+    steps_hint = _steps_hint(cache.steps_hint, state.get(steps_key), ctx.invocation_id, steps_lane)
     call = CallInputs(
-        items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_cut=steps_cut,
+        items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
         problems=[f"{where} left out: {why}" for where, why in read.rejected.items()],
         meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model,
@@ -877,10 +880,10 @@ class ContextPackPlugin(BasePlugin):
     calls = _llm_calls(ctx)
     undo = None if calls is None else _Undo(
         calls, lane, cache.tail_hint,
-        prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY, steps_key)}, steps_cut=cache.steps_cut)
+        prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY, steps_key)}, steps_hint=cache.steps_hint)
     cache.tail_hint = pack.tail_start_id
-    cache.steps_cut = (ctx.invocation_id, pack.inflight_cut)
-    steps = _with_steps_cut(state.get(steps_key), ctx.invocation_id, steps_lane, pack.inflight_cut)
+    cache.steps_hint = (ctx.invocation_id, pack.inflight_hint)
+    steps = _with_steps_hint(state.get(steps_key), ctx.invocation_id, steps_lane, pack.inflight_hint)
     if steps is not None:  # the invocation's steps were trimmed: every worker keeps the cut
       state[steps_key] = steps
       if undo is not None:
@@ -1192,43 +1195,52 @@ def _lane_label(key: tuple) -> str:
   return f"{key[4] or ''}|{key[5] or ''}"
 
 
-def _steps_cut(cached: tuple[Optional[str], int], stored: Any, invocation_id: str, lane: str) -> int:
-  """This invocation's in-flight cut for ``lane``: the larger of this process's and the
-  one in state (another worker's, or this one's before its cache was evicted). The cut
-  never moves back. Anyone can write state: a value that does not read is ignored."""
-  mine = cached[1] if cached[0] == invocation_id else 0
-  theirs = 0
+def _steps_hint(cached: tuple[Optional[str], Optional[str]], stored: Any, invocation_id: str, lane: str) -> Optional[str]:
+  """This invocation's in-flight cut for ``lane``: this process's, else the one in state
+  (another worker's, or this one's before its cache was evicted). Anyone can write
+  state: a value that does not read is ignored, and the compiler ignores an id that
+  is not among the call's steps."""
+  if cached[0] == invocation_id and cached[1] is not None:
+    return cached[1]
   if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id:
     cuts = stored.get("cuts")
     value = cuts.get(lane) if isinstance(cuts, Mapping) else None
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-      theirs = value
-  return max(mine, theirs)
+    if isinstance(value, str):
+      return value
+  return None
 
 
-def _with_steps_cut(stored: Any, invocation_id: str, lane: str, cut: int) -> Optional[dict[str, Any]]:
-  """The state value recording ``cut`` for ``lane`` (None: nothing to write). One key per
+def _with_steps_hint(stored: Any, invocation_id: str, lane: str, hint: Optional[str]) -> Optional[dict[str, Any]]:
+  """The state value recording ``hint`` for ``lane`` (None: nothing to write). One key per
   agent; a new invocation replaces the last one's cuts."""
-  if cut <= 0:
+  if hint is None:
     return None
   cuts = {}
   if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id and isinstance(stored.get("cuts"), Mapping):
     cuts = dict(stored["cuts"])
-  if cuts.get(lane) == cut:
+  if cuts.get(lane) == hint:
     return None
-  cuts[lane] = cut
+  cuts[lane] = hint
   return {"invocation": invocation_id, "cuts": cuts}
 
 
 def _payloads(content: types.Content) -> tuple:
-  """A content's parts by their payloads (text, call, response, media...), in order."""
-  return tuple([
-      p.text if p.text is not None else (
-          p.function_call or p.function_response or p.inline_data or p.file_data
-          or p.executable_code or p.code_execution_result or p.thought_signature
-      )
-      for p in content.parts or ()
-  ])
+  """A content's parts by their payloads, in order: the objects ADK's per-call copies share
+  with the session (a call's args, a result's response, media bytes), so that equal turns
+  compare by identity. A payload edited in place is shared too, and goes unseen."""
+  return tuple([_payload(p) for p in content.parts or ()])
+
+
+def _payload(p: types.Part) -> Any:
+  if p.text is not None:
+    return p.text
+  if p.function_call is not None:  # ADK rebuilds the call without its client id: compare what it says
+    return (p.function_call.name, p.function_call.args)
+  if p.function_response is not None:
+    return (p.function_response.name, p.function_response.response, p.function_response.parts)
+  if p.inline_data is not None:
+    return (p.inline_data.mime_type, p.inline_data.data)
+  return p.file_data or p.executable_code or p.code_execution_result or p.thought_signature
 
 
 def _invocation_of(ctx) -> Any:

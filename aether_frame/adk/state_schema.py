@@ -21,7 +21,7 @@ CALIBRATION_KEY = "aether_frame:calibration"
 """Per-session tokenizer calibration (``Calibrator.to_dict()``), shared by all workers."""
 TAIL_KEY_PREFIX = "aether_frame:tail:"
 STEPS_KEY_PREFIX = "aether_frame:steps:"
-"""+ agent: {"invocation": id, "cuts": {"<branch>|<node path>": finished steps dropped}}, written
+"""+ agent: {"invocation": id, "cuts": {"<branch>|<node path>": newest finished step dropped}}, written
 only once an invocation's own steps were trimmed, so any worker keeps that cut."""
 _OWN_KEYS = (LAST_PACK_KEY, LAST_FAULT_KEY, CALIBRATION_KEY)
 

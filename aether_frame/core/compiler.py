@@ -55,9 +55,10 @@ class CallInputs(BaseModel):
   max_output_tokens: Optional[int] = Field(default=None, ge=0)
   tail_hint: Optional[str] = None
   """Id of the oldest history group the previous call kept (hysteresis)."""
-  inflight_cut: int = Field(default=0, ge=0)
-  """How many of the oldest trimmable in-flight steps the previous call of this
-  invocation dropped (hysteresis; steps only append within an invocation)."""
+  inflight_hint: Optional[str] = None
+  """Id of the newest trimmable in-flight step the previous call of this invocation
+  dropped: the steps up to it stay out while the rest fits (hysteresis). An id not
+  among this call's steps is ignored: ADK rebuilt them (compaction, a resumed call)."""
   token_scale: float = Field(default=1.0, ge=1e-6, le=1e6, allow_inf_nan=False)
   """Calibration: actual/estimated tokens, margin included (the calibrator bounds it)."""
   now: Optional[float] = Field(default=None, ge=MIN_TIMESTAMP, le=MAX_TIMESTAMP, allow_inf_nan=False)
@@ -71,13 +72,13 @@ class CallInputs(BaseModel):
 
 def recorded_call_exclusions(call: CallInputs) -> set[str]:
   """Fields of ``call`` kept out of its recorded scalars: the item lists (hashed or
-  stored on their own), and an empty ``problems`` and a zero ``inflight_cut``, which
+  stored on their own), and an empty ``problems`` and ``inflight_hint``, which
   older inputs did not have, so their input hashes and stored inputs are unchanged."""
   out = {"items", "inflight"}
   if not call.problems:
     out.add("problems")
-  if not call.inflight_cut:
-    out.add("inflight_cut")
+  if call.inflight_hint is None:
+    out.add("inflight_hint")
   return out
 
 
@@ -109,8 +110,8 @@ class CompiledPack:
   problems: list[str] = field(default_factory=list)
   inflight_ids: list[str] = field(default_factory=list)
   """The in-flight items sent, in order (all of them unless trimmable ones were trimmed)."""
-  inflight_cut: int = 0
-  """Trimmable in-flight steps dropped, oldest first: the next call's ``CallInputs.inflight_cut``."""
+  inflight_hint: Optional[str] = None
+  """The newest trimmable in-flight step dropped (None: none): the next call's ``CallInputs.inflight_hint``."""
 
 
 _DIGEST_MEMO = BoundedMemo(4096)
@@ -465,12 +466,12 @@ class CompilerSession:
     # older than any in-flight step: it goes first, then trimmable steps.
     conversation_budget = eff["conversation"] - sum(i.tokens for i in inflight if i.kind != FINISHED_STEP)
     tail_start, tail_events = self._tail(call.tail_hint, conversation_budget - sum(i.tokens for i in trimmable))
-    cut, inflight_events = self._inflight_cut(trimmable, call.inflight_cut, conversation_budget - self._tail_cost(tail_start))
+    cut, inflight_events = self._inflight_cut(trimmable, call.inflight_hint, conversation_budget - self._tail_cost(tail_start))
     if cut and tail_start < len(self.history):
       # Older turns never stay while newer steps go (a hint may say steps were trimmed).
       tail_events.append(self._range_event(tail_start, len(self.history), "older conversation, trimmed before in-flight steps"))
       tail_start = len(self.history)
-      cut, inflight_events = self._inflight_cut(trimmable, call.inflight_cut, conversation_budget - self._tail_cost(tail_start))
+      cut, inflight_events = self._inflight_cut(trimmable, call.inflight_hint, conversation_budget - self._tail_cost(tail_start))
     tail_events += inflight_events
     for ev in inflight_events:
       for iid in ev["item_ids"]:
@@ -534,7 +535,7 @@ class CompilerSession:
         raise ContextBudgetExhausted(
             "nothing left to drop and the rendered pack is still over budget",
             needs={**{name: totals[name] for name in ("system", "task", "tools", "evidence", "memory", "conversation")},
-                   "reserve": alloc.reserve},
+                   "reserve": alloc.reserve, "total": totals["total"]},
             usable=alloc.usable, window=call.window,
         )
     else:
@@ -572,7 +573,7 @@ class CompilerSession:
         valid=not problems,
         problems=problems,
         inflight_ids=[i.id for i in sent],
-        inflight_cut=cut,
+        inflight_hint=trimmable[cut - 1].id if cut else None,
     )
 
   # ---------------------------------------------------------------- helpers
@@ -822,13 +823,14 @@ class CompilerSession:
     events.append(self._range_event(start, new_start, "older conversation, chunked trim to the low-water mark"))
     return new_start, events
 
-  def _inflight_cut(self, steps: list[Item], earlier: int, budget: int) -> tuple[int, list[dict[str, Any]]]:
+  def _inflight_cut(self, steps: list[Item], hint: Optional[str], budget: int) -> tuple[int, list[dict[str, Any]]]:
     """How many of the oldest trimmable in-flight ``steps`` to drop, as ``_tail`` trims
     history: the previous cut while it fits, else down to the low-water mark in one go,
     so a long loop's cached prefix breaks in rare chunks."""
     if not steps:
       return 0, []
-    start = min(earlier, len(steps))
+    ids = [i.id for i in steps]
+    start = ids.index(hint) + 1 if hint in ids else 0
     suffix = [0] * (len(steps) + 1)
     for k in range(len(steps) - 1, -1, -1):
       suffix[k] = suffix[k + 1] + steps[k].tokens

@@ -90,9 +90,14 @@ def segments_of(inputs: CompileInput, pack: CompiledPack) -> list[tuple[str, str
       conversation=[by_id[g] for g in pack.conversation_ids],
       payload=pack.payload,
       payload_parts=user_request.parts,
-      inflight=[i for i in inputs.call.inflight if i.id in set(pack.inflight_ids)],
+      inflight=_sent(inputs.call.inflight, pack.inflight_ids),
       system_parts=[i.parts for i in items if i.layer is Layer.SYSTEM],
   )
+
+
+def _sent(inflight: Sequence[Item], ids: Sequence[str]) -> list[Item]:
+  sent = set(ids)
+  return [i for i in inflight if i.id in sent]
 
 
 def request_text(inputs: CompileInput, pack: CompiledPack) -> str:

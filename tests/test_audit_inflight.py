@@ -27,6 +27,7 @@ from aether_frame.core.request_text import request_text
 from aether_frame.offline_model import OfflineLlm, tool_call
 from tests.adk_support import make_runner, new_session, png_bytes, say
 from tests.test_audit_diff import render_live
+from tests.test_plugin_inflight_trim import _reader
 
 WINDOW = 6000
 
@@ -38,20 +39,9 @@ async def _rebuilt(root) -> list:
   return [await rebuild(src, c, ranking=ranking) for c in await src.calls(ref)]
 
 
-def _tool_loop(root, steps: int = 24):
-  counter = itertools.count()
-
-  def reply(req):
-    n = next(counter)
-    return tool_call("fetch_page", {"page": n}, f"c{n}") if n < steps else "All pages read."
-
-  def fetch_page(page: int) -> dict:
-    """Returns one page of the report."""
-    return {"page": page, "text": f"Page {page}: " + "quarterly figures and their notes. " * 30}
-
+def _tool_loop(root, pages: int = 24):
   async def go():
-    model = OfflineLlm(default=reply)
-    agent = LlmAgent(name="reader", model=model, instruction="Read the report.", tools=[fetch_page])
+    agent, model = _reader(pages)
     runner = make_runner(agent, [ContextPackPlugin(window=WINDOW)], artifact_service=FileArtifactService(str(root)))
     s = await new_session(runner)
     await say(runner, s.id, "Read the whole report.")

@@ -26,6 +26,7 @@ from aether_frame.adk.state_schema import CALIBRATION_KEY
 from aether_frame.core.policy import PackPolicy
 from aether_frame.offline_model import OfflineLlm, tool_call
 from tests.adk_support import USER, make_runner, manifests
+from tests.test_plugin_tool_scoping_runtime import step_tools
 
 SESSIONS = 12
 
@@ -54,16 +55,6 @@ def test_masks_and_calibration_hold_with_more_sessions_in_flight_than_the_plugin
   monkeypatch.setattr(plugin_module, "_MAX_SESSIONS", 3)  # the cap, reached with a dozen sessions
   ran: list[str] = []
 
-  def lookup(x: str) -> dict:
-    """Looks something up."""
-    ran.append("lookup")
-    return {"x": x}
-
-  def delete_all(x: str) -> dict:
-    """Deletes everything."""
-    ran.append("delete_all")
-    return {"deleted": True}
-
   def script(req):
     if any(p.function_response for p in req.contents[-1].parts or ()):
       return "done"
@@ -71,7 +62,7 @@ def test_masks_and_calibration_hold_with_more_sessions_in_flight_than_the_plugin
 
   async def go():
     model = _Slow(model="gpt-4o", default=script)  # an adapter that drops allowed_function_names
-    agent = LlmAgent(name="worker", model=model, instruction="Work.", tools=[lookup, delete_all])
+    agent = LlmAgent(name="worker", model=model, instruction="Work.", tools=step_tools(ran))
     plugin = ContextPackPlugin(policy=PackPolicy(tool_scoping="mask"), window=8000,
                                manifest_writer=ManifestWriter(spool_dir=False))
     runner = make_runner(agent, [plugin])

@@ -20,7 +20,8 @@ from aether_frame.offline_model import OfflineLlm, tool_call
 from tests.adk_support import make_runner, new_session, say
 
 
-def _agent(script, ran: list[str], model="gpt-4o"):
+def step_tools(ran: list[str]) -> list:
+  """The step's tool (``lookup``) and one outside it (``delete_all``); each call is logged in ``ran``."""
   def lookup(x: str) -> dict:
     """Looks something up."""
     ran.append("lookup")
@@ -31,8 +32,12 @@ def _agent(script, ran: list[str], model="gpt-4o"):
     ran.append("delete_all")
     return {"deleted": True}
 
+  return [lookup, delete_all]
+
+
+def _agent(script, ran: list[str], model="gpt-4o"):
   llm = OfflineLlm(model=model, script=script)
-  return LlmAgent(name="worker", model=llm, instruction="Work.", tools=[lookup, delete_all]), llm
+  return LlmAgent(name="worker", model=llm, instruction="Work.", tools=step_tools(ran)), llm
 
 
 def _run(script, policy, state, model="gpt-4o"):

@@ -740,7 +740,7 @@ class ContextPackPlugin(BasePlugin):
     items: list[Item] = []
     sys_text = sources.system_text(llm_request.config)
     # Listed once for both uses: the artifact pointers and load_artifacts' listing.
-    has_store = ctx.get_invocation_context().artifact_service is not None
+    has_store = _invocation_of(ctx).artifact_service is not None
     lists_artifacts = has_store and artifact_listing.uses_load_artifacts(llm_request)
     names = await self._artifact_names(ctx, cache) if has_store and (self.include_artifacts or lists_artifacts) else []
     listing = await self._listing_edit(names) if lists_artifacts else None
@@ -768,7 +768,7 @@ class ContextPackPlugin(BasePlugin):
         pinned=True, parts=other_parts or None,
     ))
     scoped = scope_tools(llm_request, step_tools, policy.tool_scoping,
-                         skill_provided_names(ctx.get_invocation_context().agent) if step_tools is not None else frozenset())
+                         skill_provided_names(_invocation_of(ctx).agent) if step_tools is not None else frozenset())
     items.extend(sources.tool_items(scoped.declarations))
     evidence = sources.knowledge_items(knowledge)
     items.extend(evidence)
@@ -776,7 +776,7 @@ class ContextPackPlugin(BasePlugin):
       keys = [k for k in names if not self._is_own_artifact(k)]
       items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, set()))
     memories, memory_hits = None, []
-    if ctx.get_invocation_context().memory_service is not None and user_text.strip():
+    if _invocation_of(ctx).memory_service is not None and user_text.strip():
       found = await ctx.search_memory(user_text)
       memories = found.memories
       memory_hits = sources.memory_items(memories)
@@ -1102,7 +1102,7 @@ def _input_context_positions(ctx, contents: list[types.Content], event_fps: Mapp
   As history they would be trimmable, and, gone by the next turn, would reset
   the incremental history sync on every turn (a full re-cost of the session).
   """
-  run_config = getattr(ctx.get_invocation_context(), "run_config", None)
+  run_config = getattr(_invocation_of(ctx), "run_config", None)
   extra = list(getattr(run_config, "model_input_context", None) or ())
   if not extra:
     return set()
@@ -1182,7 +1182,7 @@ def _over_call_limit(ctx) -> bool:
   estimate would stay behind as if it had been.
   """
   try:
-    ic = ctx.get_invocation_context()
+    ic = _invocation_of(ctx)
     limit = ic.run_config.max_llm_calls
     made = ic._invocation_cost_manager._number_of_llm_calls
   except Exception:  # an ADK that counts otherwise: the call is packed
@@ -1253,7 +1253,7 @@ def _invocation_of(ctx) -> Any:
 def _llm_calls(ctx) -> Optional[tuple[Any, int]]:
   """The invocation's model-call counter and its count now (see ``_Undo``)."""
   try:
-    counter = ctx.get_invocation_context()._invocation_cost_manager
+    counter = _invocation_of(ctx)._invocation_cost_manager
     made = counter._number_of_llm_calls
   except Exception:  # an ADK that counts otherwise: an unsent pack is not taken back
     return None
@@ -1263,7 +1263,7 @@ def _llm_calls(ctx) -> Optional[tuple[Any, int]]:
 def _code_result_openings(ctx) -> tuple[str, ...]:
   """How the agent's code executor opens a result: ADK sends each as a user text with it."""
   try:
-    executor = getattr(ctx.get_invocation_context().agent, "code_executor", None)
+    executor = getattr(_invocation_of(ctx).agent, "code_executor", None)
     opening = executor.execution_result_delimiters[0] if executor is not None else None
   except Exception:  # an executor of another shape: results are grouped as turns
     return ()
@@ -1273,7 +1273,7 @@ def _code_result_openings(ctx) -> tuple[str, ...]:
 def _packed_by_agent(ctx) -> bool:
   """Whether the agent's own before-model callbacks include ``context_pack_callbacks``."""
   try:
-    agent = ctx.get_invocation_context().agent
+    agent = _invocation_of(ctx).agent
     callbacks = getattr(agent, "canonical_before_model_callbacks", None) or ()
     return any(isinstance(getattr(cb, "plugin", None), ContextPackPlugin) for cb in callbacks)
   except Exception:  # fail-open: an agent of another shape is packed by the plugin
@@ -1292,7 +1292,7 @@ def _plugins_after(plugin: BasePlugin, ctx) -> list[str]:
   after the pack is built are outside its budget (and may split its tail).
   """
   try:
-    plugins = list(ctx.get_invocation_context().plugin_manager.plugins)
+    plugins = list(_invocation_of(ctx).plugin_manager.plugins)
     later = plugins[plugins.index(plugin) + 1:]
   except Exception:  # not run by a plugin manager (agent-level callbacks)
     return []
@@ -1309,7 +1309,7 @@ def _plugins_after(plugin: BasePlugin, ctx) -> list[str]:
 def _fallback_backups(ctx, model: Optional[str]) -> list[str]:
   """The backup model names of the agent's ``FallbackModel``, when the request names its primary."""
   try:
-    llm = getattr(ctx.get_invocation_context().agent, "canonical_model", None)
+    llm = getattr(_invocation_of(ctx).agent, "canonical_model", None)
   except Exception:  # an agent of another shape, or a model name ADK cannot resolve
     return []
   if _FallbackModel is None or not isinstance(llm, _FallbackModel) or not model or llm.model != model:
@@ -1321,7 +1321,7 @@ def _fallback_backups(ctx, model: Optional[str]) -> list[str]:
 def _is_live(ctx) -> bool:
   """Whether the call belongs to a live (bidi) session, or a run ADK routes through one (``support_cfc``)."""
   try:
-    ic = ctx.get_invocation_context()
+    ic = _invocation_of(ctx)
     return ic.live_request_queue is not None or getattr(ic.run_config, "support_cfc", False) is True
   except Exception:  # a context of another shape: packed as usual
     return False
@@ -1332,7 +1332,7 @@ def _server_keeps_history(ctx, llm_request) -> bool:
   if getattr(llm_request, "previous_interaction_id", None):
     return True
   try:
-    model = getattr(ctx.get_invocation_context().agent, "canonical_model", None)
+    model = getattr(_invocation_of(ctx).agent, "canonical_model", None)
     return getattr(model, "use_interactions_api", False) is True
   except Exception:  # an agent of another shape, or a model name ADK cannot resolve: packed as usual
     return False

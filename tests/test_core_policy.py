@@ -7,6 +7,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
+from aether_frame.core.canonical import digest
 from aether_frame.core.policy import Floors, OverflowPolicy, PackPolicy, TaskProfile, ToolScoping
 
 
@@ -63,6 +64,27 @@ def test_out_of_range_values_are_rejected_naming_the_field(kw, loc):
   with pytest.raises(ValidationError) as err:
     PackPolicy(**kw)
   assert loc in _locs(err.value)
+
+
+def test_a_stored_policy_keeps_a_quantum_an_earlier_version_accepted():
+  """Versions before the 4,096 limit stored larger quanta: replay loads them as stored (same
+  hash, so the rebuild is that version's allocation), while a quantum given now is held to it."""
+  stored = PackPolicy().model_copy(update={"quantum": 8192}).model_dump(mode="json")
+  p = PackPolicy.from_stored(stored)
+  assert p.quantum == 8192 and p.model_dump(mode="json") == stored
+  assert p.policy_hash() == digest(stored)
+  assert PackPolicy.from_stored({**stored, "quantum": 32}) == PackPolicy(quantum=32)
+  with pytest.raises(ValidationError) as err:
+    PackPolicy(quantum=8192)
+  assert _locs(err.value) == [("quantum",)]
+  with pytest.raises(ValidationError) as err:
+    PackPolicy.from_stored(stored, given=("quantum",))  # an override: today's rules
+  assert _locs(err.value) == [("quantum",)]
+  for bad, loc in (({"quantum": 0}, ("quantum",)), ({"quantum": -8192}, ("quantum",)),
+                   ({"memory_top_k": -1}, ("memory_top_k",))):  # never valid: refused as always
+    with pytest.raises(ValidationError) as err:
+      PackPolicy.from_stored({**stored, **bad})
+    assert loc in _locs(err.value), bad
 
 
 def test_negative_weight_override_is_rejected():

@@ -7,6 +7,7 @@ with every field. Real ADK ``Runner``; ``OfflineLlm`` records what it received.
 
 from __future__ import annotations
 
+from typing import Optional
 
 import pytest
 from google.adk.flows.llm_flows.instructions import _INSTRUCTION_BEGIN
@@ -271,6 +272,70 @@ async def test_a_system_instruction_with_a_file_keeps_it_and_charges_it():
   assert rows["system:instruction_media"]["tokens"] == 258 and rows["system:instruction_media"]["status"] == "included"
   assert doc["layers"]["system"]["used"] == rows["system:instruction"]["tokens"] + 258
   assert count_request(sent.contents, sent.config, COUNTER) >= 258 + COUNTER.count(si.parts[0].text)
+
+
+class _SystemParts(BasePlugin):
+  """Ahead of ours: gives ADK's system instruction (``text``, a string) as the parts ``layout`` names."""
+
+  def __init__(self, layout: str, image: Optional[types.Part] = None):
+    super().__init__("system_parts")
+    self.layout, self.image, self.text = layout, image, None
+
+  async def before_model_callback(self, *, callback_context, llm_request):
+    self.text = llm_request.config.system_instruction
+    text, head = types.Part(text=self.text), types.Part(text="Follow the handbook below.")
+    parts = {"string": None, "one text part": [text],
+             "text file text": [head, self.image, text], "text text file": [head, text, self.image]}[self.layout]
+    if parts is not None:
+      llm_request.config.system_instruction = types.Content(role="user", parts=parts)
+    return None
+
+
+async def _run_system_parts(layout: str, image: Optional[types.Part] = None, turns: int = 2):
+  model = OfflineLlm(default="Short answer.")
+  given = _SystemParts(layout, image)
+  runner = make_runner(agent(model=model)[0], [given, ContextPackPlugin(window=4096)])
+  session = await new_session(runner)
+  for t in range(turns):
+    await say(runner, session.id, f"Turn {t}: what does the diagram show?")
+  return given.text, model.received, await manifests(runner, session.id)
+
+
+async def test_a_system_instruction_of_several_parts_keeps_their_order():
+  """``[text, file, text]`` went out as ``[text + text + contract, file]``: the file moved behind
+  every text. The parts keep their order and the contract joins the last text, the same on
+  every call; the system layer is charged for exactly the texts and the file sent."""
+  from tests.adk_support import png_bytes
+
+  image = types.Part.from_bytes(data=png_bytes(64, 64), mime_type="image/png")
+  adk_text, received, docs = await _run_system_parts("text file text", image)
+  assert adk_text.startswith("You are a helpful assistant.")
+  expected = types.Content(role="user", parts=[
+      types.Part(text="Follow the handbook below."), image, types.Part(text=adk_text + "\n\n" + INTERPRETATION_CONTRACT),
+  ])
+  for sent, doc in zip(received, docs):
+    si = sent.config.system_instruction
+    assert isinstance(si, types.Content) and si.model_dump(exclude_none=True) == expected.model_dump(exclude_none=True)
+    assert si.model_dump_json() == received[0].config.system_instruction.model_dump_json()  # the cached prefix holds
+    rows = {r["id"]: r for r in doc["items"]}
+    texts = "Follow the handbook below.\n" + adk_text + "\n\n" + INTERPRETATION_CONTRACT
+    assert rows["system:instruction"]["tokens"] == COUNTER.count(texts)
+    assert rows["system:instruction_media"]["tokens"] == 258
+    assert doc["layers"]["system"]["used"] == COUNTER.count(texts) + 258
+    assert not doc["runtime"]["guard"]["fallback"]
+    assert count_request(sent.contents, sent.config, COUNTER) <= doc["usable"]
+  # Where the file sits is part of the cached prefix: the same texts and file in another order
+  # hash apart (first calls of two sessions: the same prefix but for that).
+  _, _, moved = await _run_system_parts("text text file", image, turns=1)
+  assert [r["tokens"] for r in moved[0]["items"]] == [r["tokens"] for r in docs[0]["items"]]
+  assert moved[0]["prefix_sha256"] != docs[0]["prefix_sha256"]
+
+
+@pytest.mark.parametrize("layout", ["string", "one text part"])
+async def test_a_system_instruction_without_a_file_still_goes_out_as_one_string(layout):
+  """The common cases are sent as before, byte for byte: one string, the contract appended."""
+  adk_text, received, _ = await _run_system_parts(layout, turns=1)
+  assert received[0].config.system_instruction == adk_text + "\n\n" + INTERPRETATION_CONTRACT
 
 
 async def test_an_empty_text_part_of_a_system_instruction_is_not_media():

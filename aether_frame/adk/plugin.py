@@ -88,6 +88,13 @@ logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("aether_frame")
 
 _MAX_SESSIONS = 256
+CACHE_BYTES_PER_TOKEN = 100
+"""What a warm session cache holds per history token: its costed history and, once turns
+are trimmed, their recall index (measured ~84 bytes per token on a 10,000-event session,
+``benchmarks/memory_footprint.py``), rounded up for the plugin's own per-content lists."""
+DEFAULT_SESSION_CACHE_BYTES = 2 * 2**30
+"""Warm caches kept in all (by ``CACHE_BYTES_PER_TOKEN``): ~21M history tokens. 256 caches of
+10,000-event sessions would otherwise hold ~21 GB."""
 _ARTIFACT_BACKOFF_SECONDS = 60.0
 _OWN_ARTIFACT_PREFIX = "context_pack/"
 
@@ -248,6 +255,7 @@ class ContextPackPlugin(BasePlugin):
       include_artifacts: bool = True,
       state_keys: Union[StateKeys, Mapping[str, str], None] = None,
       artifact_list_timeout: float = 2.0,
+      session_cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES,
       name: str = "aether_frame_context_pack",
       _fault_injector: Optional[Callable[[], None]] = None,
   ):
@@ -272,6 +280,10 @@ class ContextPackPlugin(BasePlugin):
     if (not isinstance(artifact_list_timeout, (int, float)) or isinstance(artifact_list_timeout, bool)
         or not math.isfinite(artifact_list_timeout) or artifact_list_timeout <= 0):
       raise ValueError(f"artifact_list_timeout must be a positive number of seconds, got {artifact_list_timeout!r}")
+    if not isinstance(session_cache_bytes, int) or isinstance(session_cache_bytes, bool):
+      raise TypeError(f"session_cache_bytes must be an int (bytes), got {type(session_cache_bytes).__name__}")
+    if session_cache_bytes <= 0:
+      raise ValueError(f"session_cache_bytes must be positive, got {session_cache_bytes!r}")
     self.policy = policy or PackPolicy()
     self.agent_policies = dict(agent_policies or {})
     self.window = window
@@ -294,6 +306,11 @@ class ContextPackPlugin(BasePlugin):
     self._media_counters: dict[str, TokenCounter] = {}
     self.faults = 0
     self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
+    self.session_cache_bytes = session_cache_bytes
+    """Warm caches beyond this (estimated, see ``CACHE_BYTES_PER_TOKEN``) go, least recently
+    used first; an evicted session is rebuilt from its events on its next call."""
+    self._cache_tokens: dict[tuple, int] = {}
+    self._cached_tokens = 0
     self._calls: OrderedDict[int, _Sent] = OrderedDict()
     """id(actions) -> ``_Sent`` of the latest packed calls, kept for all their responses
     (two invocations of one session can each have a call out at once), apart from the
@@ -617,10 +634,39 @@ class ContextPackPlugin(BasePlugin):
       if cache is None or cache.compiler.policy is not policy or cache.compiler.counter is not counter:
         cache = self._new_cache(policy, counter)
         self._sessions[key] = cache
+        self._weigh(key, 0)
         while len(self._sessions) > _MAX_SESSIONS:
-          self._sessions.popitem(last=False)
+          self._evict_oldest()
       self._sessions.move_to_end(key)
     return cache
+
+  def _weigh(self, key: tuple, tokens: int) -> None:
+    """Records the history tokens a cached session holds (under ``_guard``)."""
+    self._cached_tokens += tokens - self._cache_tokens.get(key, 0)
+    self._cache_tokens[key] = tokens
+
+  def _evict_oldest(self) -> None:
+    old, _ = self._sessions.popitem(last=False)
+    self._cached_tokens -= self._cache_tokens.pop(old, 0)
+
+  def _fit_caches(self, ctx, cache: _SessionCache) -> None:
+    """After a sync grew ``cache``: evicts the least recently used others past the byte cap.
+
+    The session being served always stays, whatever its size: it is rebuilt
+    otherwise on every call.
+    """
+    key = self._key(ctx)
+    with self._guard:
+      if self._sessions.get(key) is not cache:  # an unshared (threaded) or replaced cache
+        return
+      self._weigh(key, cache.compiler.history_tokens)
+      cap = self.session_cache_bytes // CACHE_BYTES_PER_TOKEN
+      while self._cached_tokens > cap and len(self._sessions) > 1:
+        oldest = next(iter(self._sessions))
+        if oldest == key:
+          self._sessions.move_to_end(key)
+          continue
+        self._evict_oldest()
 
   def _new_cache(self, policy: PackPolicy, counter: TokenCounter) -> _SessionCache:
     """A session's compiler, with a ranker of its own when the ranker can make one.
@@ -714,6 +760,7 @@ class ContextPackPlugin(BasePlugin):
     window = self.window or self._window_for(llm_request.model, backups)
     history = [contents[i] for i in convo[:anchor]]
     self._sync_history(cache, history, _code_result_openings(ctx))
+    self._fit_caches(ctx, cache)
     state = ctx.state
 
     read = read_state(state, self.state_keys)
@@ -752,13 +799,19 @@ class ContextPackPlugin(BasePlugin):
           instructions.discard(i)
         else:
           contents[i] = edited
-    new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
-    items.append(Item(id="system:instruction", layer=Layer.SYSTEM, text=new_system, trust=Trust.SYSTEM, pinned=True))
     system_media = sources.system_media(llm_request.config)
-    if system_media:  # kept with the instruction, and charged to the system layer
+    system_parts: Optional[list[types.Part]] = None
+    if system_media:  # sent as parts, in the order given; the item holds their texts as the guard reads them
+      system_parts = _system_parts(sources.system_parts(llm_request.config), listing)
+      new_system = "\n".join(p.text for p in system_parts if p.text)
+    else:
+      new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
+    items.append(Item(id="system:instruction", layer=Layer.SYSTEM, text=new_system, trust=Trust.SYSTEM, pinned=True))
+    if system_parts is not None:  # kept with the instruction, and charged to the system layer
       media_dicts = [sources.part_dict(p) for p in system_media]
       items.append(Item(id="system:instruction_media", layer=Layer.SYSTEM, text="", parts=media_dicts,
-                        tokens=count_parts(media_dicts, counter), trust=Trust.SYSTEM, pinned=True))
+                        tokens=count_parts(media_dicts, counter), trust=Trust.SYSTEM, pinned=True,
+                        meta=_media_positions(system_parts)))
     schema = sources.response_schema_text(llm_request.config)
     if schema:  # output_schema: sent with the request and counted toward the prompt
       items.append(Item(id="system:response_schema", layer=Layer.SYSTEM, text=schema, trust=Trust.SYSTEM, pinned=True))
@@ -847,8 +900,7 @@ class ContextPackPlugin(BasePlugin):
     payload_msg = _payload_message(pack.payload, user, user_text)
     new_contents = _in_order(contents, kept, convo[anchor], payload_msg)
     new_config = llm_request.config.model_copy(deep=False)
-    new_config.system_instruction = (
-        types.Content(role="user", parts=[types.Part(text=new_system), *system_media]) if system_media else new_system)
+    new_config.system_instruction = types.Content(role="user", parts=system_parts) if system_parts is not None else new_system
     new_config = scoped.apply_config(new_config)
     if pack.tool_overrides:
       new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
@@ -1400,6 +1452,36 @@ def _is_instruction_file(content: types.Content) -> bool:
 
 def _is_plain_text(part: types.Part) -> bool:
   return bool(part.text) and sources.part_dict(part).keys() == {"text"}
+
+
+def _system_parts(parts: list[types.Part], listing: Optional[artifact_listing.ListingEdit]) -> list[types.Part]:
+  """A system instruction with files, as sent: the parts in their order, the contract joined to the last text.
+
+  Joined there (once, the same on every call) as a string instruction gets it,
+  so ``[text, file, text]`` stays in that order and its cached prefix holds;
+  with no text at all the contract leads, as before.
+  """
+  if listing is not None:  # a text that held the artifact listing alone goes, as ADK would not have sent it
+    parts = [types.Part(text=listing.system(p.text)) if p.text else p for p in parts]
+    parts = [p for p in parts if p.text or p.text is None]
+  if INTERPRETATION_CONTRACT in "\n".join(p.text for p in parts if p.text):
+    return parts
+  last = max((n for n, p in enumerate(parts) if p.text), default=None)
+  if last is None:
+    return [types.Part(text=INTERPRETATION_CONTRACT), *parts]
+  joined = types.Part(text=(parts[last].text + "\n\n" + INTERPRETATION_CONTRACT).strip())
+  return [*parts[:last], joined, *parts[last + 1:]]
+
+
+def _media_positions(parts: list[types.Part]) -> dict[str, Any]:
+  """Meta of the instruction's file item: where its files sit, when a text follows one.
+
+  ``prefix_sha256`` digests the item, so moving a file among the texts changes it
+  as it breaks the provider's cache. Empty for files after every text (the only
+  layout sent before), so those hashes hold.
+  """
+  at = [n for n, p in enumerate(parts) if p.text is None]
+  return {"positions": at} if at and any(p.text for p in parts[at[0]:]) else {}
 
 
 def _payload_message(pack_text: str, user: types.Content, user_text: str) -> types.Content:

@@ -441,6 +441,32 @@ def system_media(config: Optional[types.GenerateContentConfig]) -> list[types.Pa
   return [p for p in parts if p.text is None and p.model_dump(exclude_none=True)]
 
 
+def system_parts(config: Optional[types.GenerateContentConfig]) -> list[types.Part]:
+  """A system instruction's texts and ``system_media`` parts, in the order given.
+
+  Each text as a part of its own text alone (what ``system_text`` reads of it),
+  each file or image as it is; empty texts are left out. The rewrite sends
+  these, so a file between two texts stays between them.
+  """
+  si = config.system_instruction if config is not None else None
+  if isinstance(si, types.Content):
+    given: list[Any] = list(si.parts or ())
+  elif isinstance(si, (types.Part, str)):
+    given = [si]
+  elif isinstance(si, list):
+    given = si
+  else:
+    return []
+  out = []
+  for x in given:
+    text = x if isinstance(x, str) else getattr(x, "text", None)
+    if text:
+      out.append(types.Part(text=text))
+    elif isinstance(x, types.Part) and x.text is None and x.model_dump(exclude_none=True):
+      out.append(x)
+  return out
+
+
 def response_schema_text(config: Optional[types.GenerateContentConfig]) -> str:
   """The request's structured-output schema as canonical JSON ("" if none).
 

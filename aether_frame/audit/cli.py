@@ -185,27 +185,13 @@ def _replay(args) -> int:
   return _run(_replay_async(args))
 
 
-def _policy_problem(e: Exception) -> str:
-  """A pydantic ValidationError as one line: each field and what is wrong with it."""
-  errors = getattr(e, "errors", None)
-  if not callable(errors):
-    return _one_line(e)
-  out = []
-  for err in errors():
-    where = ".".join(str(x) for x in err.get("loc", ())) or "policy"
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-    given = err.get("input")
-    out.append(f"{where}: {msg}" + (f" (got {given!r})" if not isinstance(given, (dict, list)) else ""))
-  return "; ".join(out) or _one_line(e)
-
-
 async def _stored_policy(source, call) -> Any:
   """The PackPolicy a stored call was compiled with, or None when it cannot be read (replay says why)."""
-  from ..core.policy import PackPolicy
+  from .inputs import stored_policy
   try:
     key = call.doc["inputs"]["policy"]
     blobs = await source.blobs(call.ref.app, call.ref.user, [key])
-    return PackPolicy.model_validate(json.loads(blobs[key]))
+    return stored_policy(json.loads(blobs[key]))
   except Exception:
     return None
 
@@ -214,6 +200,7 @@ async def _check_override(source, override: Optional[dict], call=None) -> None:
   """Applies ``override`` to a stored policy (``call``'s, else the first call's, else the default) once,
   so a bad value is one error up front and not one per call."""
   from ..core.policy import PackPolicy
+  from .inputs import policy_problem
   from .replay import apply_override
   if not override:
     return
@@ -230,7 +217,7 @@ async def _check_override(source, override: Optional[dict], call=None) -> None:
   try:
     apply_override(policy if policy is not None else PackPolicy(), override)
   except ValueError as e:  # pydantic's ValidationError is one
-    raise ValueError(f"--policy-override: {_policy_problem(e)}") from None
+    raise ValueError(f"--policy-override: {policy_problem(e)}") from None
 
 
 async def _replay_async(args) -> int:

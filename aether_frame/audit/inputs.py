@@ -17,6 +17,8 @@ from collections import ChainMap, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from pydantic import ValidationError
+
 from ..core.canonical import canonical_bytes
 from ..core.compiler import CallInputs, CompileInput, recorded_call_exclusions
 from ..core.items import Item
@@ -239,6 +241,33 @@ def all_keys(section: Mapping[str, Any], blobs: Mapping[str, bytes]) -> list[str
   return first_keys(section) + history_keys(section, blobs)
 
 
+def policy_problem(e: Exception) -> str:
+  """A pydantic ValidationError as one line: each field and what is wrong with it."""
+  errors = getattr(e, "errors", None)
+  if not callable(errors):
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+  out = []
+  for err in errors():
+    where = ".".join(str(x) for x in err.get("loc", ())) or "policy"
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    given = err.get("input")
+    out.append(f"{where}: {msg}" + (f" (got {given!r})" if not isinstance(given, (dict, list)) else ""))
+  return "; ".join(out) or type(e).__name__
+
+
+def stored_policy(data: Any) -> PackPolicy:
+  """The policy a call was compiled with, as stored (``PackPolicy.from_stored``).
+
+  One that no version accepted is one line naming the field, not pydantic's
+  multi-line report inside a replay's per-call line.
+  """
+  try:
+    return PackPolicy.from_stored(data)
+  except ValidationError as e:
+    raise ValueError(f"stored policy: {policy_problem(e)}") from None
+
+
 def decode(section: Mapping[str, Any], blobs: Mapping[str, bytes]) -> CompileInput:
   """Rebuilds the exact ``CompileInput``; every blob is checked against its key."""
   s = _check_section(section)
@@ -246,4 +275,4 @@ def decode(section: Mapping[str, Any], blobs: Mapping[str, bytes]) -> CompileInp
   inflight = [Item.model_validate(_load(blobs, k)) for k in s["inflight"]]
   history = [Item.model_validate(_load(blobs, k)) for k in history_keys(s, blobs)]
   call = CallInputs.model_validate({**s["call"], "items": items, "inflight": inflight})
-  return CompileInput(policy=PackPolicy.model_validate(_load(blobs, s["policy"])), history=history, call=call)
+  return CompileInput(policy=stored_policy(_load(blobs, s["policy"])), history=history, call=call)

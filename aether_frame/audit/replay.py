@@ -74,9 +74,10 @@ def _merge(base: Any, over: Any) -> Any:
 
 
 def apply_override(policy: PackPolicy, override: Optional[dict[str, Any]]) -> PackPolicy:
+  """``policy`` with ``override``'s fields; the override meets today's limits, the stored rest stays as stored."""
   if not override:
     return policy
-  return PackPolicy.model_validate(_merge(policy.model_dump(mode="json"), override))
+  return PackPolicy.from_stored(_merge(policy.model_dump(mode="json"), override), given=override.keys())
 
 
 @dataclass

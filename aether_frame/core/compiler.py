@@ -23,7 +23,7 @@ from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
 from .items import FINISHED_STEP, MAX_TIMESTAMP, MIN_TIMESTAMP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer
 from .kept_ids import KeptIds
-from .memo import BoundedMemo, LastCallMemo
+from .memo import MEMO_CHARS, BoundedMemo, LastCallMemo
 from .policy import OverflowPolicy, PackPolicy
 from .rank import HistoryIndex, Ranker, rank_layer
 from .select import select_within_budget
@@ -114,7 +114,7 @@ class CompiledPack:
   """The newest trimmable in-flight step dropped (None: none): the next call's ``CallInputs.inflight_hint``."""
 
 
-_DIGEST_MEMO = BoundedMemo(4096)
+_DIGEST_MEMO = BoundedMemo(4096, max_chars=MEMO_CHARS)
 _LAYER_NAMES = {layer: layer.value for layer in Layer}
 
 
@@ -329,6 +329,11 @@ class CompilerSession:
       if view is not None:
         view.release(n)
     self._views = [r for r in self._views if r() is not None]
+
+  @property
+  def history_tokens(self) -> int:
+    """Tokens of the history held: what a session's memory footprint grows with."""
+    return self._cum[-1]
 
   def history_ids(self) -> list[str]:
     return list(self._ids)

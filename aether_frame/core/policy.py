@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Literal, Optional
+from typing import Any, Collection, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,6 +23,9 @@ class TaskProfile(str, Enum):
   REQUIREMENTS = "requirements"
   TEST_CONSTRUCTION = "test_construction"
 
+
+QUANTUM_MAX = 4096
+"""Largest ``PackPolicy.quantum`` of a new policy (earlier versions stored any positive one)."""
 
 # Base remainder weights (evidence, memory, conversation) per profile: the
 # midpoints of seed 003's "Task Profiles" table, renormalised.
@@ -101,9 +104,10 @@ class PackPolicy(BaseModel):
   """Explicit (evidence, memory, conversation) weights; skips signal math."""
   overflow: OverflowPolicy = OverflowPolicy.LADDER
   tool_scoping: ToolScoping = ToolScoping.OFF
-  quantum: int = Field(default=64, ge=1, le=4096)
+  quantum: int = Field(default=64, ge=1, le=QUANTUM_MAX)
   """Water-filling quantum in tokens (seed 001 §6.4.4). At most 4,096: a share below one
-  quantum goes unallocated, and a huge quantum left the conversation no budget at all."""
+  quantum goes unallocated, and a huge quantum left the conversation no budget at all.
+  Stored policies of earlier versions may hold more (see ``from_stored``)."""
   memory_top_k: int = Field(default=8, ge=0)
   recall_top_k: int = Field(default=8, ge=0)
   """Older turns (outside the tail) offered to MEMORY as recall candidates."""
@@ -145,6 +149,20 @@ class PackPolicy(BaseModel):
 
   def policy_hash(self) -> str:
     return digest(self.model_dump(mode="json"))
+
+  @classmethod
+  def from_stored(cls, data: Any, *, given: Collection[str] = ()) -> "PackPolicy":
+    """A policy as a manifest stored it, for replay: a quantum above ``QUANTUM_MAX`` is kept.
+
+    Earlier versions accepted any quantum >= 1 and the allocator still takes one, so the
+    stored value rebuilds what that version computed (same hash); refusing it made a whole
+    corpus unreplayable. Every other field, and a quantum named in ``given`` (an override
+    given now), is validated as for a new policy.
+    """
+    q = data.get("quantum") if isinstance(data, dict) else None
+    if "quantum" in given or type(q) is not int or q <= QUANTUM_MAX:
+      return cls.model_validate(data)
+    return cls.model_validate({**data, "quantum": QUANTUM_MAX}).model_copy(update={"quantum": q})
 
   @classmethod
   def preset(cls, name: Literal["quality_first", "cost_first"], **overrides) -> "PackPolicy":

@@ -12,7 +12,7 @@ import time
 from typing import Iterable, Sequence
 
 from .items import Item
-from .memo import BoundedMemo
+from .memo import MEMO_CHARS, BoundedMemo
 
 HEADERS = (
     "ROLE/GOAL",
@@ -60,7 +60,7 @@ def _one_line(text: str) -> str:
   return " ".join(text.split())
 
 
-_LINE_MEMO = BoundedMemo(8192)
+_LINE_MEMO = BoundedMemo(8192, max_chars=MEMO_CHARS)
 
 
 def item_line(item: Item) -> str:

@@ -10,7 +10,7 @@ default), so freshness is ``r(t) / r(t0)``:
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from .weights import DecayModel
 
@@ -54,3 +54,22 @@ def freshness(
     return sigmoid(age, model.kappa, model.tau)
   ref = last_access if last_access is not None else timestamp
   return step(max(0.0, (now - ref) / unit), model.k, model.delta)
+
+
+def freshness_of(model: DecayModel, now: Optional[float]) -> Callable[[Optional[float], Optional[float]], float]:
+  """``freshness`` for one ``now``, as a function of (timestamp, last_access).
+
+  A ranking call scores every item against the same ``now``: resolving the
+  model once keeps the per-item cost to the arithmetic, with the same result.
+  """
+  if now is None or model.kind != "exponential":
+    return lambda timestamp, last_access=None: freshness(model, timestamp=timestamp, now=now, last_access=last_access)
+  unit, gamma, exp = SECONDS_PER_UNIT[model.unit], model.gamma, math.exp
+
+  def fresh(timestamp: Optional[float], last_access: Optional[float] = None) -> float:
+    if timestamp is None:
+      return 0.5
+    age = max(0.0, (now - timestamp) / unit)
+    return exp(-gamma * max(0.0, age))
+
+  return fresh

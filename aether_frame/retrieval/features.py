@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter, OrderedDict
 from typing import Any, Callable, Hashable, Optional
 
@@ -33,15 +34,25 @@ def rnd(x: float) -> float:
 
 
 class LRU:
-  """A small bounded mapping; the least recently used entry goes first."""
+  """A small bounded mapping; the least recently used entry goes first.
 
-  __slots__ = ("_data", "maxsize", "hits", "misses")
+  ``max_cost``: entries also go, oldest first, while their summed ``cost(value)``
+  is above it (the newest always stays), so a cap sized for short turns does not
+  let thousands of large documents stay in memory.
+  """
 
-  def __init__(self, maxsize: int) -> None:
+  __slots__ = ("_data", "maxsize", "hits", "misses", "_cost", "max_cost", "_costs", "total_cost", "_lock")
+
+  def __init__(self, maxsize: int, *, max_cost: Optional[int] = None, cost: Optional[Callable[[Any], int]] = None) -> None:
     self._data: OrderedDict = OrderedDict()
     self.maxsize = maxsize
     self.hits = 0
     self.misses = 0
+    self._cost = cost if max_cost is not None else None
+    self.max_cost = max_cost
+    self._costs: dict = {}
+    self.total_cost = 0
+    self._lock = threading.Lock()
 
   def __len__(self) -> int:
     return len(self._data)
@@ -53,7 +64,9 @@ class LRU:
     except KeyError:
       self.misses += 1
       value = data[key] = make()
-      if len(data) > self.maxsize:
+      if self._cost is not None:
+        self._charge(key, value)
+      elif len(data) > self.maxsize:
         data.popitem(last=False)
       return value
     self.hits += 1
@@ -62,6 +75,19 @@ class LRU:
     except KeyError:  # evicted meanwhile by another thread (sessions share the analysis caches)
       pass
     return value
+
+  def _charge(self, key: Hashable, value: Any) -> None:
+    data, costs = self._data, self._costs
+    c = self._cost(value)
+    with self._lock:  # misses only; the running total must not drift under threads
+      self.total_cost += c - costs.get(key, 0)
+      costs[key] = c
+      while len(data) > 1 and (len(data) > self.maxsize or self.total_cost > self.max_cost):
+        try:
+          old, _ = data.popitem(last=False)
+        except KeyError:  # emptied meanwhile by another thread
+          break
+        self.total_cost -= costs.pop(old, 0)
 
 
 SIGNATURE_BITS = 1024
@@ -112,6 +138,11 @@ class DocFeatures:
     self._text = text
     self._time: Optional[bool] = None
     self._sig: Optional[tuple[int, int]] = None
+
+  @property
+  def cost(self) -> int:
+    """Rough bytes held: the counts and term set (~110 per distinct term) and the text until read."""
+    return 256 + 112 * len(self.tf) + (len(self._text) if self._text is not None else 0)
 
   @property
   def terms(self) -> frozenset:

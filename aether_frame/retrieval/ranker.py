@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 from aether_frame.core.items import Item, Layer
 
 from .dedup import PrefixPool, near_duplicate_features, pair_candidates, prefix_length
-from .decay import freshness as decay_freshness
+from .decay import freshness_of
 from .embed import Embedder, VectorCache
 from .features import CONVERSATIONAL_KINDS, ND, LRU, DocFeatures, QueryInfo, num as _num, rnd as _r
 from .history import RecallIndex
@@ -54,7 +54,15 @@ def default_index_text(item: Item) -> str:
 
 FEATURE_CACHE = 100_000
 """Analysed texts kept (by content hash): enough for a long session's history plus its recall copies."""
+FEATURE_CACHE_BYTES = 128 * 2**20
+"""...and at most this many bytes of analyses (``DocFeatures.cost``): ~27,000 short turns,
+or ~150 analyses of 400 KB documents, not 100,000 of them."""
 QUERY_CACHE = 256
+QUERY_CACHE_CHARS = 8_000_000
+"""Query analyses hold ~4 copies of the query's text: 256 pasted 400 KB messages would be 400 MB."""
+KEY_MEMO = 200_000
+KEY_MEMO_CHARS = 32_000_000
+"""The per-item memo holds each item's text and index text: emptied past either cap."""
 PAIR_SWEEP = 64
 """Pools up to this size test every pair's signature up front (integer work only)."""
 SMALL_LAYER = 48
@@ -80,15 +88,16 @@ class HybridRanker:
     self.embedder = embedder
     self._vectors = VectorCache(embedder) if embedder is not None else None
     self._index_text = index_text
-    self._features = LRU(FEATURE_CACHE)
+    self._features = LRU(FEATURE_CACHE, max_cost=FEATURE_CACHE_BYTES, cost=_features_cost)
     """Analysis by content hash, shared with children: a recall copy is not re-analysed."""
-    self._queries = LRU(QUERY_CACHE)
+    self._queries = LRU(QUERY_CACHE, max_cost=QUERY_CACHE_CHARS, cost=_query_cost)
     self._small = LRU(8)
     """Small-layer BM25 by document set: the evidence layer is usually the same every call."""
     self._pairs = LRU(8)
     """Near-duplicate candidates by item set (small layers), for MMR."""
     self._prefix_cache: dict[int, tuple[int, IncrementalBM25, dict]] = {}
     self._key_memo: dict[str, tuple[str, str, DocKey, Any, DocFeatures]] = {}
+    self._key_memo_chars = 0
     self._rows: dict[DocKey, Any] = {}
     """Document vectors by key (numpy rows once numpy is seen), so a call only embeds new items."""
     self._last_matrix: Any = None
@@ -213,7 +222,8 @@ class HybridRanker:
     span = q.span(ref_now)
     when = span is None and q.when
 
-    access_n = max_normalise([math.log1p(max(0.0, _num(it.meta.get("access_count")) or 0.0)) for it in items])
+    access_n = max_normalise([math.log1p(max(0.0, _num(it.meta.get("access_count")) or 0.0)) if it.meta else 0.0
+                              for it in items])
 
     cue_w = w.time_cue * profile.temporal
     authors = frozenset(a for a in {it.provenance.author for it in items if it.provenance.author} if q.names(a))
@@ -223,6 +233,7 @@ class HybridRanker:
     boost, boost_kinds = profile.boost, profile.boost_kinds
     has_sims = sims is not None
     fresh_memo: dict[tuple, float] = {}
+    fresh_of = freshness_of(w.decay, ref_now)
     base: list[float] = []
     comps: list[dict[str, Any]] = []
     for i, it in enumerate(items):
@@ -232,7 +243,7 @@ class HybridRanker:
       fk = (ts, la)
       fresh = fresh_memo.get(fk)
       if fresh is None:
-        fresh = fresh_memo[fk] = round(decay_freshness(w.decay, timestamp=ts, now=ref_now, last_access=la), ND)
+        fresh = fresh_memo[fk] = round(fresh_of(ts, la), ND)
       sal = feats[i].salience
       if meta or boost:
         given = _num(meta.get("salience")) if meta else None
@@ -305,9 +316,12 @@ class HybridRanker:
         t = self._index_text(it)
         h = content_hash(t)
         hit = (it.text, t, (it.id, h), explicit, self.features(t, h))
-        if len(memo) > 200_000:
+        size = len(it.text) + (len(t) if t is not it.text else 0) + hit[4].cost
+        if len(memo) > KEY_MEMO or self._key_memo_chars + size > KEY_MEMO_CHARS:
           memo.clear()
+          self._key_memo_chars = 0
         memo[it.id] = hit
+        self._key_memo_chars += size
       texts.append(hit[1])
       keys.append(hit[2])
       feats.append(hit[4])
@@ -519,6 +533,14 @@ class HybridRanker:
       return jaccard.candidates(p) | extra.get(p, 0)
 
     return similarity, candidates
+
+
+def _features_cost(f: DocFeatures) -> int:
+  return f.cost
+
+
+def _query_cost(q: QueryInfo) -> int:
+  return 512 + 4 * len(q.text)
 
 
 def default_ranker(*, embedder: Optional[Embedder] = None, weights: Optional[RetrievalWeights] = None) -> HybridRanker:

@@ -1,0 +1,89 @@
+"""Replaying a corpus written under an earlier policy schema.
+
+``PackPolicy.quantum`` is at most 4,096 for new policies; earlier versions
+accepted any positive quantum and stored it with every call. Such a corpus
+replays faithfully (the stored quantum is what that version allocated with),
+and a stored policy that cannot be read is one line naming the field, never
+a pydantic dump.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from google.adk.artifacts import FileArtifactService
+
+from aether_frame.audit import inputs as ri
+from aether_frame.cli import main
+from aether_frame.core.compiler import CallInputs, CompileInput
+from aether_frame.core.items import Item, Layer
+from aether_frame.core.policy import PackPolicy
+from tests.fixtures.audit_session import run_session
+
+OLD_QUANTUM = 8192
+"""Above today's limit of 4,096: a value only an earlier version could store."""
+
+
+def _old_policy() -> PackPolicy:
+  """A policy as a version before the 4,096 limit built it."""
+  return PackPolicy().model_copy(update={"quantum": OLD_QUANTUM})
+
+
+@pytest.fixture(scope="module")
+def old_corpus(tmp_path_factory):
+  root = tmp_path_factory.mktemp("old") / "artifacts"
+  run = asyncio.run(run_session(FileArtifactService(str(root)), 3, tools=False, policy=_old_policy()))
+  assert run.plugin.faults == 0 and len(run.documents) == 3
+  return root, run
+
+
+def _one_line_error(capsys) -> str:
+  err = capsys.readouterr().err
+  assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+  return err
+
+
+def test_a_stored_quantum_above_today_s_limit_replays_identically(old_corpus, capsys):
+  root, _ = old_corpus
+  assert main(["replay", str(root)]) == 0
+  assert "3 calls: 3 identical, 0 different, 0 refused, 0 errors" in capsys.readouterr().out
+  # The stored quantum is what that version allocated with: today's default rebuilds another pack.
+  assert main(["replay", str(root), "-q", "--policy-override", '{"quantum": 64}']) == 1
+  out = capsys.readouterr().out
+  assert f"why: policy differs (quantum {OLD_QUANTUM} → 64)" in out and "0 errors" in out
+
+
+def test_diff_and_report_read_a_stored_quantum_above_today_s_limit(old_corpus, tmp_path, capsys):
+  root, run = old_corpus
+  assert main(["diff", str(root), "1", "2"]) == 0
+  out = capsys.readouterr().out
+  assert "prefix_sha256" in out and "validation error" not in out
+  page = tmp_path / "report.html"
+  assert main(["report", str(root), "-o", str(page)]) == 0
+  assert "validation error" not in page.read_text(encoding="utf-8")
+  assert "3 calls" in capsys.readouterr().out
+
+
+def test_an_override_of_another_field_keeps_the_stored_quantum(old_corpus, capsys):
+  root, _ = old_corpus
+  assert main(["replay", str(root), "-q", "--policy-override", '{"memory_top_k": 2}']) in (0, 1)
+  out = capsys.readouterr().out
+  assert "0 errors" in out and "quantum" not in out
+
+
+def test_an_override_above_the_limit_is_still_refused_naming_the_field(old_corpus, capsys):
+  root, _ = old_corpus
+  assert main(["replay", str(root), "--policy-override", '{"quantum": 9000}']) == 2
+  err = _one_line_error(capsys)
+  assert "--policy-override: quantum:" in err and "4096" in err and "9000" in err
+
+
+def test_a_stored_policy_no_version_accepted_is_one_line_naming_the_field():
+  call = CallInputs(items=[Item(id="task:user_request", layer=Layer.TASK, kind="user_request", text="hi")], window=4096)
+  bad = PackPolicy().model_copy(update={"quantum": 0})  # never valid: the allocator divides by it
+  enc = ri.encode(CompileInput(policy=bad, history=[], call=call))
+  with pytest.raises(ValueError) as err:
+    ri.decode(enc.section, enc.blobs)
+  msg = str(err.value)
+  assert len(msg.splitlines()) == 1 and msg.startswith("stored policy: quantum:") and "(got 0)" in msg

@@ -1,0 +1,125 @@
+"""The process-wide and per-ranker caches are bounded by the text they hold, not only by
+their entry count: a long-lived server that sees many large documents must not keep
+every one of them (a 100 KB item's analysis alone is ~330 KB)."""
+
+from __future__ import annotations
+
+import gc
+import random
+import tracemalloc
+
+import pytest
+
+from aether_frame.core import compiler, render
+from aether_frame.core.items import Item, Layer, Provenance
+from aether_frame.core.memo import BoundedMemo, text_size
+from aether_frame.retrieval import ranker as ranker_mod
+from aether_frame.retrieval.features import LRU, DocFeatures
+
+_WORDS = [f"w{i}x" for i in range(20_000)]
+
+
+def _document(rng: random.Random, chars: int) -> str:
+  out, n = [], 0
+  while n < chars:
+    w = rng.choice(_WORDS)
+    out.append(w)
+    n += len(w) + 1
+  return " ".join(out)
+
+
+def _evidence(i: int, text: str) -> Item:
+  return Item(id=f"evidence:doc{i}", layer=Layer.EVIDENCE, kind="evidence", text=text,
+              provenance=Provenance(source=f"artifact://doc{i}.md", timestamp=1_750_000_000.0))
+
+
+def test_bounded_memo_empties_past_its_text_cap():
+  memo = BoundedMemo(1_000, max_chars=10_000)
+  for i in range(30):
+    memo.get(("k", str(i), "x" * 1_000), lambda: "y" * 1_000)
+    assert memo.chars <= 10_000
+  assert 0 < len(memo) < 30
+  # Without a text cap it is the entry cap alone, as before.
+  plain = BoundedMemo(1_000)
+  for i in range(30):
+    plain.get(("k", str(i), "x" * 1_000), lambda: "y" * 1_000)
+  assert len(plain) == 30 and plain.chars == 0
+
+
+def test_text_size_counts_nested_strings():
+  assert text_size(("ab", 1, None, ("cde", 2.0, ("f",)))) == 6
+  assert text_size("abcd") == 4 and text_size(42) == 0
+
+
+def test_lru_evicts_oldest_past_its_cost_cap_and_keeps_the_newest():
+  lru = LRU(100, max_cost=10, cost=len)
+  for k in "abcdef":
+    lru.get(k, lambda k=k: k * 3)
+  assert lru.total_cost <= 10 and len(lru) == 3
+  assert lru.get("f", lambda: pytest.fail("the newest entry was evicted")) == "fff"
+  big = lru.get("big", lambda: "z" * 50)  # larger than the cap alone: kept, the rest go
+  assert big == "z" * 50 and len(lru) == 1 and lru.total_cost == 50
+  lru.get("g", lambda: "ggg")
+  assert len(lru) == 1 and lru.total_cost == 3  # and it goes first when the next comes
+
+
+def test_doc_features_cost_tracks_its_distinct_terms():
+  rng = random.Random(1)
+  small, big = DocFeatures(_document(rng, 500)), DocFeatures(_document(rng, 100_000))
+  assert big.cost > 100 * small.cost // 2
+  assert big.cost >= 112 * len(big.tf)
+
+
+def test_ranker_memory_stays_bounded_with_many_large_documents(monkeypatch):
+  """Rank 60 calls of one new 100 KB document each: with small caps the ranker keeps a
+  bounded amount, where entry caps alone (100,000 analyses) kept all 60 (~25 MB)."""
+  monkeypatch.setattr(ranker_mod, "FEATURE_CACHE_BYTES", 4 * 2**20)
+  monkeypatch.setattr(ranker_mod, "KEY_MEMO_CHARS", 1_000_000)
+  rng = random.Random(7)
+  docs = [_document(rng, 100_000) for _ in range(60)]
+  gc.collect()
+  tracemalloc.start()
+  try:
+    base = tracemalloc.get_traced_memory()[0]
+    r = ranker_mod.HybridRanker()
+    for i, text in enumerate(docs):
+      r.rank("which w10x document mentions w77x", [_evidence(i, text)], layer=Layer.EVIDENCE, now=1_750_000_100.0)
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base
+  finally:
+    tracemalloc.stop()
+  assert r._features.total_cost <= 4 * 2**20
+  assert len(r._features) < 60
+  assert held < 12 * 2**20, f"the ranker holds {held / 2**20:.1f} MiB after 60 large documents"
+
+
+def test_default_caps_hold_under_many_documents():
+  r = ranker_mod.HybridRanker()
+  rng = random.Random(3)
+  for i in range(40):
+    r.features(_document(rng, 20_000))
+  assert r._features.total_cost <= ranker_mod.FEATURE_CACHE_BYTES
+  assert r._features.max_cost == ranker_mod.FEATURE_CACHE_BYTES
+
+
+def test_module_memos_are_capped_by_text(monkeypatch):
+  """The payload line memo and the item digest memo key on item text."""
+  monkeypatch.setattr(render, "_LINE_MEMO", BoundedMemo(8192, max_chars=300_000))
+  monkeypatch.setattr(compiler, "_DIGEST_MEMO", BoundedMemo(4096, max_chars=300_000))
+  rng = random.Random(5)
+  for i in range(40):
+    item = _evidence(i, _document(rng, 20_000))
+    render.item_line(item)
+    compiler._item_digest(item)
+    assert render._LINE_MEMO.chars <= 300_000
+    assert compiler._DIGEST_MEMO.chars <= 300_000
+  assert len(render._LINE_MEMO) < 40 and len(compiler._DIGEST_MEMO) < 40
+  # The shipped memos carry a text cap.
+  assert render.BoundedMemo is BoundedMemo
+
+
+def test_shipped_memos_have_text_caps():
+  from aether_frame.core.memo import MEMO_CHARS
+
+  for memo in (render._LINE_MEMO, compiler._DIGEST_MEMO):
+    assert memo._max_chars == MEMO_CHARS

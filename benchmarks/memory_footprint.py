@@ -112,12 +112,13 @@ def main(argv=None) -> int:
     per_token = max(per_token, s["with_recall_per_token"])
     print(f"{s['events']:>7} {s['tokens']:>9} {s['history_mib']:>12.1f} {s['per_token']:>8.1f} "
           f"{s['with_recall_per_token']:>26.1f}")
-  from aether_frame.adk.plugin import CACHE_BYTES_PER_TOKEN, DEFAULT_SESSION_CACHE_BYTES
+  from aether_frame.adk.plugin import DEFAULT_SESSION_CACHE_BYTES
+  from aether_frame.core.compiler import HISTORY_BYTES_PER_TOKEN
 
-  print(f"   the plugin counts {CACHE_BYTES_PER_TOKEN} B per history token; its default cap "
-        f"({DEFAULT_SESSION_CACHE_BYTES / 2**30:.0f} GiB) holds ~{DEFAULT_SESSION_CACHE_BYTES / CACHE_BYTES_PER_TOKEN / 1e6:.0f}M "
-        f"history tokens of warm sessions (256 10,000-event sessions would be "
-        f"~{256 * per_token * 1_046_061 / 2**30:.0f} GiB)")
+  print(f"   the plugin counts {HISTORY_BYTES_PER_TOKEN} B per history token; its default cap "
+        f"({DEFAULT_SESSION_CACHE_BYTES / 2**30:.0f} GiB) holds ~{DEFAULT_SESSION_CACHE_BYTES / HISTORY_BYTES_PER_TOKEN / 1e6:.0f}M "
+        f"history tokens of warm sessions (256 {s['events']:,}-event sessions would be "
+        f"~{256 * per_token * s['tokens'] / 2**30:.0f} GiB)")
 
   rng = random.Random(11)
   words = [f"{rng.choice(cb._CONTENT)}{i % 997}" for i in range(20_000)]

@@ -93,13 +93,62 @@ def test_ranker_memory_stays_bounded_with_many_large_documents(monkeypatch):
   assert held < 12 * 2**20, f"the ranker holds {held / 2**20:.1f} MiB after 60 large documents"
 
 
-def test_default_caps_hold_under_many_documents():
+def test_child_rankers_do_not_keep_analyses_the_shared_cap_evicted(monkeypatch):
+  """Each session ranks with a child ranker; their per-item memos must not keep alive
+  the analyses the shared, capped cache let go (8 children x 10 documents of 100 KB)."""
+  monkeypatch.setattr(ranker_mod, "FEATURE_CACHE_BYTES", 4 * 2**20)
+  rng = random.Random(9)
+  docs = [_document(rng, 100_000) for _ in range(80)]
+  gc.collect()
+  tracemalloc.start()
+  try:
+    base = tracemalloc.get_traced_memory()[0]
+    parent = ranker_mod.HybridRanker()
+    children = [parent.child() for _ in range(8)]
+    for i, text in enumerate(docs):
+      children[i % 8].rank("what does w10x say", [_evidence(i, text)], layer=Layer.EVIDENCE, now=1_750_000_100.0)
+    docs = None  # only the rankers hold the texts now
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - base
+  finally:
+    tracemalloc.stop()
+  own = sum(c.held_bytes for c in children)
+  assert 0 < own <= 8 * ranker_mod.KEY_MEMO_CHARS + 8 * ranker_mod.SMALL_SETS_BYTES
+  # All that stays is what the children account for, and the shared cache's cap.
+  assert held < own + 4 * 2**20 + 2 * 2**20, f"{held / 2**20:.1f} MiB held; the children account for {own / 2**20:.1f} MiB"
+
+
+def test_the_item_memo_counts_a_replaced_text_once():
   r = ranker_mod.HybridRanker()
-  rng = random.Random(3)
-  for i in range(40):
-    r.features(_document(rng, 20_000))
-  assert r._features.total_cost <= ranker_mod.FEATURE_CACHE_BYTES
-  assert r._features.max_cost == ranker_mod.FEATURE_CACHE_BYTES
+  for n in range(200):  # one id whose text changes every call
+    r.rank("w1x", [_evidence(0, f"version {n} " + "w1x w2x " * 100)], layer=Layer.EVIDENCE, now=1.0)
+  assert len(r._key_memo) == 1
+  assert r._key_memo_chars == len(r._key_memo["evidence:doc0"][0])
+
+
+def test_an_entry_evicted_before_it_is_charged_is_not_counted():
+  """Threads share the analysis cache: another thread's eviction can land between
+  a miss's insert and its charge. The late charge must not count what is gone."""
+  lru = LRU(100, max_cost=10, cost=len)
+  lru.get("a", lambda: "aaa")
+  lru._data["b"] = "bbbb"  # inserted by a miss whose charge is still to come...
+  del lru._data["b"]  # ...and evicted by another thread meanwhile
+  lru._charge("b", "bbbb")
+  assert lru.total_cost == 3 and "b" not in lru._costs
+  lru._data["c"] = "cc"
+  lru._data["c"] = "ccccc"  # replaced by a concurrent miss: only the value kept is charged
+  lru._charge("c", "cc")
+  lru._charge("c", "ccccc")
+  assert lru.total_cost == 8 and lru._costs["c"] == 5
+
+
+def test_peek_neither_inserts_nor_analyses():
+  lru = LRU(10)
+  assert lru.peek("x") is None and len(lru) == 0
+  lru.get("x", lambda: 1)
+  lru.get("y", lambda: 2)
+  assert lru.peek("x") == 1
+  assert list(lru._data) == ["y", "x"]  # a peek is a use
 
 
 def test_module_memos_are_capped_by_text(monkeypatch):
@@ -114,8 +163,6 @@ def test_module_memos_are_capped_by_text(monkeypatch):
     assert render._LINE_MEMO.chars <= 300_000
     assert compiler._DIGEST_MEMO.chars <= 300_000
   assert len(render._LINE_MEMO) < 40 and len(compiler._DIGEST_MEMO) < 40
-  # The shipped memos carry a text cap.
-  assert render.BoundedMemo is BoundedMemo
 
 
 def test_shipped_memos_have_text_caps():
@@ -123,3 +170,6 @@ def test_shipped_memos_have_text_caps():
 
   for memo in (render._LINE_MEMO, compiler._DIGEST_MEMO):
     assert memo._max_chars == MEMO_CHARS
+  r = ranker_mod.HybridRanker()
+  assert r._features.max_cost == ranker_mod.FEATURE_CACHE_BYTES
+  assert r._queries.max_cost == ranker_mod.QUERY_CACHE_CHARS

@@ -345,3 +345,50 @@ async def test_an_empty_text_part_of_a_system_instruction_is_not_media():
       types.Part(text="Be brief."), types.Part(text=""), types.Part(file_data=types.FileData(file_uri="gs://b/p.pdf", mime_type="application/pdf"))]))
   media = sources.system_media(config)
   assert [p.file_data.file_uri for p in media] == ["gs://b/p.pdf"]
+
+
+class _GivenSystem(BasePlugin):
+  """Ahead of ours: replaces the system instruction with the parts given ("FILE" marks the image)."""
+
+  def __init__(self, layout: list[str], image: types.Part):
+    super().__init__("given_system")
+    self.parts = [image if x == "FILE" else types.Part(text=x) for x in layout]
+
+  async def before_model_callback(self, *, callback_context, llm_request):
+    llm_request.config.system_instruction = types.Content(role="user", parts=list(self.parts))
+    return None
+
+
+async def _first_call(layout: list[str]):
+  from tests.adk_support import png_bytes
+
+  image = types.Part.from_bytes(data=png_bytes(64, 64), mime_type="image/png")
+  model = OfflineLlm(default="Short answer.")
+  runner = make_runner(agent(model=model)[0], [_GivenSystem(layout, image), ContextPackPlugin(window=4096)])
+  session = await new_session(runner)
+  await say(runner, session.id, "What does the diagram show?")
+  si = model.received[0].config.system_instruction
+  return [("FILE" if p.inline_data else p.text) for p in si.parts], (await manifests(runner, session.id))[0]
+
+
+async def test_texts_before_a_file_go_out_joined_as_before():
+  """Files after every text: the texts are sent as one part, as earlier versions sent them,
+  so an upgrade neither changes the bytes nor the prefix hash of such an instruction."""
+  split, doc = await _first_call(["Be brief.", "Use the handbook.", "FILE"])
+  joined, doc2 = await _first_call(["Be brief.\nUse the handbook.", "FILE"])
+  assert split == joined == ["Be brief.\nUse the handbook.\n\n" + INTERPRETATION_CONTRACT, "FILE"]
+  assert doc["prefix_sha256"] == doc2["prefix_sha256"]
+  assert "meta" not in {r["id"]: r for r in doc["items"]}["system:instruction_media"]
+
+
+async def test_the_prefix_hash_tells_apart_every_layout_sent_differently():
+  """The texts joined are the same in each pair below; what is sent is the same only in the
+  first pair (adjacent texts are sent joined), and so is the hash."""
+  a, doc_a = await _first_call(["Be brief.", "FILE", "One.\nTwo.", "Three."])
+  b, doc_b = await _first_call(["Be brief.", "FILE", "One.", "Two.\nThree."])
+  assert a == b == ["Be brief.", "FILE", "One.\nTwo.\nThree.\n\n" + INTERPRETATION_CONTRACT]
+  assert doc_a["prefix_sha256"] == doc_b["prefix_sha256"]
+  c, doc_c = await _first_call(["Be brief.", "FILE", "One.\nTwo."])
+  d, doc_d = await _first_call(["Be brief.\nOne.", "FILE", "Two."])
+  assert c != d
+  assert doc_c["prefix_sha256"] != doc_d["prefix_sha256"]

@@ -88,13 +88,9 @@ logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("aether_frame")
 
 _MAX_SESSIONS = 256
-CACHE_BYTES_PER_TOKEN = 100
-"""What a warm session cache holds per history token: its costed history and, once turns
-are trimmed, their recall index (measured ~84 bytes per token on a 10,000-event session,
-``benchmarks/memory_footprint.py``), rounded up for the plugin's own per-content lists."""
 DEFAULT_SESSION_CACHE_BYTES = 2 * 2**30
-"""Warm caches kept in all (by ``CACHE_BYTES_PER_TOKEN``): ~21M history tokens. 256 caches of
-10,000-event sessions would otherwise hold ~21 GB."""
+"""Warm caches kept in all, by ``CompilerSession.held_bytes`` (~100 bytes per history token, plus
+media payloads): ~21M history tokens of text. 256 caches of 10,000-event sessions held ~21 GB."""
 _ARTIFACT_BACKOFF_SECONDS = 60.0
 _OWN_ARTIFACT_PREFIX = "context_pack/"
 
@@ -307,10 +303,10 @@ class ContextPackPlugin(BasePlugin):
     self.faults = 0
     self._sessions: OrderedDict[tuple, _SessionCache] = OrderedDict()
     self.session_cache_bytes = session_cache_bytes
-    """Warm caches beyond this (estimated, see ``CACHE_BYTES_PER_TOKEN``) go, least recently
-    used first; an evicted session is rebuilt from its events on its next call."""
-    self._cache_tokens: dict[tuple, int] = {}
-    self._cached_tokens = 0
+    """Warm caches beyond this (``CompilerSession.held_bytes``) go, least recently used first;
+    an evicted session is rebuilt from its events on its next call."""
+    self._cache_bytes: dict[tuple, int] = {}
+    self._cached_bytes = 0
     self._calls: OrderedDict[int, _Sent] = OrderedDict()
     """id(actions) -> ``_Sent`` of the latest packed calls, kept for all their responses
     (two invocations of one session can each have a call out at once), apart from the
@@ -640,33 +636,44 @@ class ContextPackPlugin(BasePlugin):
       self._sessions.move_to_end(key)
     return cache
 
-  def _weigh(self, key: tuple, tokens: int) -> None:
-    """Records the history tokens a cached session holds (under ``_guard``)."""
-    self._cached_tokens += tokens - self._cache_tokens.get(key, 0)
-    self._cache_tokens[key] = tokens
+  def _weigh(self, key: tuple, held: int) -> None:
+    """Records the bytes a cached session holds (under ``_guard``)."""
+    self._cached_bytes += held - self._cache_bytes.get(key, 0)
+    self._cache_bytes[key] = held
 
   def _evict_oldest(self) -> None:
     old, _ = self._sessions.popitem(last=False)
-    self._cached_tokens -= self._cache_tokens.pop(old, 0)
+    self._cached_bytes -= self._cache_bytes.pop(old, 0)
 
   def _fit_caches(self, ctx, cache: _SessionCache) -> None:
-    """After a sync grew ``cache``: evicts the least recently used others past the byte cap.
+    """After a sync grew ``cache``: keeps the warm caches within ``session_cache_bytes``.
 
-    The session being served always stays, whatever its size: it is rebuilt
-    otherwise on every call.
+    The least recently used others go first. A session larger than the whole cap
+    is not kept at all (this call still uses its cache): keeping it would push
+    out every other session and be pushed out by the next, so all would be
+    rebuilt on every call instead of that one alone.
     """
     key = self._key(ctx)
     with self._guard:
       if self._sessions.get(key) is not cache:  # an unshared (threaded) or replaced cache
         return
-      self._weigh(key, cache.compiler.history_tokens)
-      cap = self.session_cache_bytes // CACHE_BYTES_PER_TOKEN
-      while self._cached_tokens > cap and len(self._sessions) > 1:
-        oldest = next(iter(self._sessions))
-        if oldest == key:
-          self._sessions.move_to_end(key)
-          continue
-        self._evict_oldest()
+      held = cache.compiler.held_bytes()
+      if held > self.session_cache_bytes:
+        del self._sessions[key]
+        self._cached_bytes -= self._cache_bytes.pop(key, 0)
+        oversized = True
+      else:
+        oversized = False
+        self._weigh(key, held)
+        while self._cached_bytes > self.session_cache_bytes and len(self._sessions) > 1:
+          if next(iter(self._sessions)) == key:  # not reached: the key was moved to the end
+            self._sessions.move_to_end(key)
+          self._evict_oldest()
+    if oversized:
+      self._log_once("cache-oversized", logging.WARNING,
+                     "a session holds ~%s bytes, more than session_cache_bytes (%s): it is not kept warm and is "
+                     "rebuilt from its events on every call; raise ContextPackPlugin(session_cache_bytes=...)",
+                     f"{held:,}", f"{self.session_cache_bytes:,}")
 
   def _new_cache(self, policy: PackPolicy, counter: TokenCounter) -> _SessionCache:
     """A session's compiler, with a ranker of its own when the ranker can make one.
@@ -1464,6 +1471,13 @@ def _system_parts(parts: list[types.Part], listing: Optional[artifact_listing.Li
   if listing is not None:  # a text that held the artifact listing alone goes, as ADK would not have sent it
     parts = [types.Part(text=listing.system(p.text)) if p.text else p for p in parts]
     parts = [p for p in parts if p.text or p.text is None]
+  merged: list[types.Part] = []
+  for p in parts:  # adjacent texts as one, joined as ``system_text`` joins them (files after texts: as before)
+    if p.text and merged and merged[-1].text:
+      merged[-1] = types.Part(text=merged[-1].text + "\n" + p.text)
+    else:
+      merged.append(p)
+  parts = merged
   if INTERPRETATION_CONTRACT in "\n".join(p.text for p in parts if p.text):
     return parts
   last = max((n for n, p in enumerate(parts) if p.text), default=None)
@@ -1474,14 +1488,17 @@ def _system_parts(parts: list[types.Part], listing: Optional[artifact_listing.Li
 
 
 def _media_positions(parts: list[types.Part]) -> dict[str, Any]:
-  """Meta of the instruction's file item: where its files sit, when a text follows one.
+  """Meta of the instruction's file item: where its files sit and how long each text run
+  is, when a text follows a file.
 
-  ``prefix_sha256`` digests the item, so moving a file among the texts changes it
-  as it breaks the provider's cache. Empty for files after every text (the only
-  layout sent before), so those hashes hold.
+  ``prefix_sha256`` digests the item (the texts joined, and this), so whatever
+  changes the parts sent changes it, as it breaks the provider's cache. Empty for
+  files after every text (the only layout sent before), so those hashes hold.
   """
   at = [n for n, p in enumerate(parts) if p.text is None]
-  return {"positions": at} if at and any(p.text for p in parts[at[0]:]) else {}
+  if not at or not any(p.text for p in parts[at[0]:]):
+    return {}
+  return {"positions": at, "runs": [len(p.text) for p in parts if p.text]}
 
 
 def _payload_message(pack_text: str, user: types.Content, user_text: str) -> types.Content:

@@ -115,6 +115,25 @@ class CompiledPack:
 
 
 _DIGEST_MEMO = BoundedMemo(4096, max_chars=MEMO_CHARS)
+HISTORY_BYTES_PER_TOKEN = 100
+"""Memory a session holds per history token: measured ~35 bytes for the costed history and
+~84 with its recall index (10,000 events, ``benchmarks/memory_footprint.py``), rounded up."""
+
+
+def _inline_chars(value: Any) -> int:
+  """Characters of the inline media payloads in part dicts (tool results' parts too)."""
+  if isinstance(value, dict):
+    n = 0
+    for k, v in value.items():
+      if k == "inline_data" and isinstance(v, dict):
+        data = v.get("data")
+        n += len(data) if isinstance(data, (str, bytes)) else 0
+      elif isinstance(v, (dict, list)):
+        n += _inline_chars(v)
+    return n
+  if isinstance(value, list):
+    return sum(_inline_chars(v) for v in value if isinstance(v, (dict, list)))
+  return 0
 _LAYER_NAMES = {layer: layer.value for layer in Layer}
 
 
@@ -218,6 +237,8 @@ class CompilerSession:
     self._skeleton = 0
     self.history: list[Item] = []
     self._cum: list[int] = [0]
+    self._media: list[int] = [0]
+    """Cumulative characters of inline media payloads (base64) held by the history groups."""
     self._chain: list[str] = [""]
     self._pos: dict[str, int] = {}
     self._pinned: list[int] = []
@@ -260,6 +281,7 @@ class CompilerSession:
   def reset_history(self) -> None:
     self.history.clear()
     self._cum = [0]
+    self._media = [0]
     self._chain = [""]
     self._pos.clear()
     self._pinned.clear()
@@ -295,6 +317,7 @@ class CompilerSession:
       self._ids.append(group.id)
       self._digests.append(d)
       self._cum.append(self._cum[-1] + group.tokens)
+      self._media.append(self._media[-1] + (_inline_chars(group.parts) if group.parts else 0))
       self._chain.append(sha256_hex(self._chain[-1] + d))
       if group.pinned:
         self._pinned.append(pos)
@@ -308,6 +331,7 @@ class CompilerSession:
       del self._pos[group.id]
     del self.history[n:]
     del self._cum[n + 1:]
+    del self._media[n + 1:]
     del self._chain[n + 1:]
     self._release_views(n)
     del self._ids[n:]
@@ -332,8 +356,23 @@ class CompilerSession:
 
   @property
   def history_tokens(self) -> int:
-    """Tokens of the history held: what a session's memory footprint grows with."""
+    """Tokens of the history held."""
     return self._cum[-1]
+
+  def held_bytes(self) -> int:
+    """An estimate of the memory this session holds, for a cache that keeps many.
+
+    ``HISTORY_BYTES_PER_TOKEN`` per history token (its items, digests and, once
+    turns are trimmed, their recall index), the inline media payloads as held
+    (an image costs a few hundred tokens but holds its base64), and the text
+    what its ranker and history index hold of their own (``held_bytes``, when they say).
+    """
+    extra = 0
+    for part in (self.ranker, self.history_index):
+      held = getattr(part, "held_bytes", None)
+      if type(held) is int:
+        extra += held
+    return self._cum[-1] * HISTORY_BYTES_PER_TOKEN + self._media[-1] + extra
 
   def history_ids(self) -> list[str]:
     return list(self._ids)

@@ -76,10 +76,23 @@ class LRU:
       pass
     return value
 
+  def peek(self, key: Hashable) -> Any:
+    """The value for ``key`` (now the most recently used), or None; never inserts."""
+    value = self._data.get(key)
+    if value is not None:
+      self.hits += 1
+      try:
+        self._data.move_to_end(key)
+      except KeyError:  # evicted meanwhile by another thread
+        pass
+    return value
+
   def _charge(self, key: Hashable, value: Any) -> None:
     data, costs = self._data, self._costs
     c = self._cost(value)
     with self._lock:  # misses only; the running total must not drift under threads
+      if data.get(key) is not value:  # evicted or replaced by another thread since it went in
+        return
       self.total_cost += c - costs.get(key, 0)
       costs[key] = c
       while len(data) > 1 and (len(data) > self.maxsize or self.total_cost > self.max_cost):

@@ -124,6 +124,11 @@ class RecallIndex:
   def __len__(self) -> int:
     return len(self._items)
 
+  @property
+  def held_bytes(self) -> int:
+    """What its ranker holds of its own (a whole-history scan ranks through that ranker)."""
+    return self._ranker.held_bytes
+
   # -- maintenance ------------------------------------------------------------
 
   def add(self, items: Sequence[Item]) -> None:

@@ -55,11 +55,14 @@ def default_index_text(item: Item) -> str:
 FEATURE_CACHE = 100_000
 """Analysed texts kept (by content hash): enough for a long session's history plus its recall copies."""
 FEATURE_CACHE_BYTES = 128 * 2**20
-"""...and at most this many bytes of analyses (``DocFeatures.cost``): ~27,000 short turns,
-or ~150 analyses of 400 KB documents, not 100,000 of them."""
+"""...and at most this many bytes of analyses (``DocFeatures.cost``): ~27,000 short turns
+(44 distinct terms each), or ~150 of 400 KB documents, not 100,000 of them."""
 QUERY_CACHE = 256
 QUERY_CACHE_CHARS = 8_000_000
 """Query analyses hold ~4 copies of the query's text: 256 pasted 400 KB messages would be 400 MB."""
+SMALL_SETS_BYTES = 16 * 2**20
+"""Small-layer BM25 sets kept per ranker (``DocFeatures.cost`` of their documents, twice: the
+set's document frequencies and feedback lists are about as large again)."""
 KEY_MEMO = 200_000
 KEY_MEMO_CHARS = 32_000_000
 """The per-item memo holds each item's text and index text: emptied past either cap."""
@@ -91,12 +94,13 @@ class HybridRanker:
     self._features = LRU(FEATURE_CACHE, max_cost=FEATURE_CACHE_BYTES, cost=_features_cost)
     """Analysis by content hash, shared with children: a recall copy is not re-analysed."""
     self._queries = LRU(QUERY_CACHE, max_cost=QUERY_CACHE_CHARS, cost=_query_cost)
-    self._small = LRU(8)
+    self._small = LRU(4, max_cost=SMALL_SETS_BYTES, cost=_small_cost)
     """Small-layer BM25 by document set: the evidence layer is usually the same every call."""
     self._pairs = LRU(8)
     """Near-duplicate candidates by item set (small layers), for MMR."""
     self._prefix_cache: dict[int, tuple[int, IncrementalBM25, dict]] = {}
-    self._key_memo: dict[str, tuple[str, str, DocKey, Any, DocFeatures]] = {}
+    self._key_memo: dict[str, tuple[str, str, DocKey, Any, int]] = {}
+    """Item id -> (raw text, index text, key, explicit index text, characters held)."""
     self._key_memo_chars = 0
     self._rows: dict[DocKey, Any] = {}
     """Document vectors by key (numpy rows once numpy is seen), so a call only embeds new items."""
@@ -304,8 +308,13 @@ class HybridRanker:
     return IncrementalBM25(k1=self.weights.bm25_k1, b=self.weights.bm25_b, max_cached=0)
 
   def _keys(self, items: Sequence[Item]) -> tuple[list[str], list[DocKey], list[DocFeatures]]:
-    """Index text, (id, content hash) and features per item; memoised on (id, raw text)."""
+    """Index text, (id, content hash) and features per item; the first two memoised on (id, raw text).
+
+    The memo keeps texts only: the analyses stay in the shared, size-capped
+    ``_features`` (a memo per session holding them kept what that cap evicted).
+    """
     memo = self._key_memo
+    features = self._features
     texts: list[str] = []
     keys: list[DocKey] = []
     feats: list[DocFeatures] = []
@@ -315,17 +324,25 @@ class HybridRanker:
       if hit is None or hit[0] != it.text or hit[3] != explicit:
         t = self._index_text(it)
         h = content_hash(t)
-        hit = (it.text, t, (it.id, h), explicit, self.features(t, h))
-        size = len(it.text) + (len(t) if t is not it.text else 0) + hit[4].cost
-        if len(memo) > KEY_MEMO or self._key_memo_chars + size > KEY_MEMO_CHARS:
+        size = len(it.text) + (len(t) if t is not it.text else 0)
+        if hit is not None:
+          self._key_memo_chars -= hit[4]
+        if len(memo) >= KEY_MEMO or self._key_memo_chars + size > KEY_MEMO_CHARS:
           memo.clear()
           self._key_memo_chars = 0
-        memo[it.id] = hit
+        hit = memo[it.id] = (it.text, t, (it.id, h), explicit, size)
         self._key_memo_chars += size
       texts.append(hit[1])
       keys.append(hit[2])
-      feats.append(hit[4])
+      f = features.peek(hit[2][1])
+      feats.append(f if f is not None else self.features(hit[1], hit[2][1]))
     return texts, keys, feats
+
+  @property
+  def held_bytes(self) -> int:
+    """Roughly what this ranker holds of its own (a session's child does, apart from the shared
+    analyses): the item texts it memoises and its small-layer BM25 sets."""
+    return self._key_memo_chars + self._small.total_cost
 
   def _similarities(self, query: str, texts: list[str], keys: list[DocKey]) -> Optional[list[float]]:
     """Cosine of each item to the query; None (lexical only) if the embedder fails."""
@@ -533,6 +550,10 @@ class HybridRanker:
       return jaccard.candidates(p) | extra.get(p, 0)
 
     return similarity, candidates
+
+
+def _small_cost(lex: SmallBM25) -> int:
+  return 2 * sum(f.cost for f in lex._docs.values())
 
 
 def _features_cost(f: DocFeatures) -> int:

@@ -74,7 +74,7 @@ def test_ranker_memory_stays_bounded_with_many_large_documents(monkeypatch):
   """Rank 60 calls of one new 100 KB document each: with small caps the ranker keeps a
   bounded amount, where entry caps alone (100,000 analyses) kept all 60 (~25 MB)."""
   monkeypatch.setattr(ranker_mod, "FEATURE_CACHE_BYTES", 4 * 2**20)
-  monkeypatch.setattr(ranker_mod, "KEY_MEMO_CHARS", 1_000_000)
+  monkeypatch.setattr(ranker_mod, "KEY_MEMO_BYTES", 2 * 2**20)
   rng = random.Random(7)
   docs = [_document(rng, 100_000) for _ in range(60)]
   gc.collect()
@@ -93,9 +93,10 @@ def test_ranker_memory_stays_bounded_with_many_large_documents(monkeypatch):
   assert held < 12 * 2**20, f"the ranker holds {held / 2**20:.1f} MiB after 60 large documents"
 
 
-def test_child_rankers_do_not_keep_analyses_the_shared_cap_evicted(monkeypatch):
-  """Each session ranks with a child ranker; their per-item memos must not keep alive
-  the analyses the shared, capped cache let go (8 children x 10 documents of 100 KB)."""
+def test_child_rankers_account_for_what_they_hold(monkeypatch):
+  """Each session ranks with a child ranker, whose memos keep analyses the shared, capped
+  cache may let go: all of it must show in ``held_bytes``, which the plugin's session cap
+  weighs (8 children x 10 documents of 100 KB)."""
   monkeypatch.setattr(ranker_mod, "FEATURE_CACHE_BYTES", 4 * 2**20)
   rng = random.Random(9)
   docs = [_document(rng, 100_000) for _ in range(80)]
@@ -113,9 +114,13 @@ def test_child_rankers_do_not_keep_analyses_the_shared_cap_evicted(monkeypatch):
   finally:
     tracemalloc.stop()
   own = sum(c.held_bytes for c in children)
-  assert 0 < own <= 8 * ranker_mod.KEY_MEMO_CHARS + 8 * ranker_mod.SMALL_SETS_BYTES
-  # All that stays is what the children account for, and the shared cache's cap.
+  memos = sum(c._key_memo_bytes for c in children)
+  assert 0 < memos <= own
+  # All that stays is what the children account for (toward the plugin's session cap) and
+  # the shared cache's cap. The count errs high (a distinct term costs ~110 bytes in the
+  # estimate, less once words repeat across documents), but within reason.
   assert held < own + 4 * 2**20 + 2 * 2**20, f"{held / 2**20:.1f} MiB held; the children account for {own / 2**20:.1f} MiB"
+  assert own < 2.5 * held, f"the children claim {own / 2**20:.1f} MiB of {held / 2**20:.1f} MiB held"
 
 
 def test_the_item_memo_counts_a_replaced_text_once():
@@ -123,7 +128,7 @@ def test_the_item_memo_counts_a_replaced_text_once():
   for n in range(200):  # one id whose text changes every call
     r.rank("w1x", [_evidence(0, f"version {n} " + "w1x w2x " * 100)], layer=Layer.EVIDENCE, now=1.0)
   assert len(r._key_memo) == 1
-  assert r._key_memo_chars == len(r._key_memo["evidence:doc0"][0])
+  assert r._key_memo_bytes == r._key_memo["evidence:doc0"][5] == len(r._key_memo["evidence:doc0"][0]) + r._key_memo["evidence:doc0"][4].cost
 
 
 def test_an_entry_evicted_before_it_is_charged_is_not_counted():
@@ -140,15 +145,6 @@ def test_an_entry_evicted_before_it_is_charged_is_not_counted():
   lru._charge("c", "cc")
   lru._charge("c", "ccccc")
   assert lru.total_cost == 8 and lru._costs["c"] == 5
-
-
-def test_peek_neither_inserts_nor_analyses():
-  lru = LRU(10)
-  assert lru.peek("x") is None and len(lru) == 0
-  lru.get("x", lambda: 1)
-  lru.get("y", lambda: 2)
-  assert lru.peek("x") == 1
-  assert list(lru._data) == ["y", "x"]  # a peek is a use
 
 
 def test_module_memos_are_capped_by_text(monkeypatch):

@@ -34,7 +34,7 @@ def _check_totals(plugin) -> None:
   """The running total is the sum of what the cached sessions hold, key for key."""
   assert set(plugin._cache_bytes) == set(plugin._sessions)
   for key, cache in plugin._sessions.items():
-    assert plugin._cache_bytes[key] == cache.compiler.held_bytes(), key
+    assert plugin._cache_bytes[key] == plugin._held(cache) >= cache.compiler.held_bytes(), key
   assert plugin._cached_bytes == sum(plugin._cache_bytes.values())
 
 
@@ -175,3 +175,26 @@ async def test_a_rebuilt_session_sends_the_pack_a_warm_one_would():
         x.model_dump_json(exclude_none=True) for x in w.contents]
   for w_docs, c_docs in zip(warm_docs, cold_docs):
     assert [_untimed(d) for d in c_docs] == [_untimed(d) for d in w_docs]
+
+
+async def test_what_a_compile_memoises_is_weighed_and_an_evicted_sessions_input_memo_goes():
+  """One call per session, each ranking 10 knowledge documents: the weight is taken after
+  the compile (its ranker's memos count), and a session let go takes its manifest
+  writer's input memo (its history items and their JSON) with it."""
+  knowledge = [{"uri": f"artifact://doc{i}.md", "summary": f"Document {i} on warehouse audits. " * 60} for i in range(10)]
+  cap = 150_000
+  plugin = ContextPackPlugin(window=32_768, session_cache_bytes=cap)
+  a, _ = agent()
+  runner = make_runner(a, [plugin])
+  for n in range(6):
+    sid = (await new_session(runner, state={"knowledge": knowledge})).id
+    await say(runner, sid, f"Which document covers audit {n}?")
+    _check_totals(plugin)
+    assert plugin._cached_bytes <= cap
+    for cache in plugin._sessions.values():
+      ranker_bytes = cache.compiler.ranker.held_bytes
+      assert ranker_bytes > 0
+      assert cache.compiler.held_bytes() >= cache.compiler.history_tokens * HISTORY_BYTES_PER_TOKEN + ranker_bytes
+    assert set(plugin.manifests._encoder._streams) <= set(plugin._sessions)
+  assert 0 < len(plugin._sessions) < 6, "six sessions of ten documents each must pass a 150 KB cap"
+  assert plugin.faults == 0

@@ -241,6 +241,10 @@ class ManifestWriter:
         runtime = {**runtime, "inputs_error": f"{type(e).__name__}: {e}"[:500]}
     return manifest_doc.finalize(body, runtime), blobs
 
+  def forget_stream(self, stream: Any) -> None:
+    """Drops the input encoder's memo of ``stream`` (its history items and their JSON)."""
+    self._encoder.forget(stream)
+
   def document(self, body: dict[str, Any], runtime: dict[str, Any], compile_input: Optional[Callable] = None) -> dict[str, Any]:
     return self.prepare(body, runtime, compile_input)[0]
 

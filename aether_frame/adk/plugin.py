@@ -644,6 +644,13 @@ class ContextPackPlugin(BasePlugin):
   def _evict_oldest(self) -> None:
     old, _ = self._sessions.popitem(last=False)
     self._cached_bytes -= self._cache_bytes.pop(old, 0)
+    self.manifests.forget_stream(old)
+
+  @staticmethod
+  def _held(cache: _SessionCache) -> int:
+    """A warm cache's memory: its compiler's estimate, plus the manifest writer's input memo
+    of the same history (its items are the compiler's; its JSON holds the media again)."""
+    return cache.compiler.held_bytes() + cache.compiler.media_chars
 
   def _fit_caches(self, ctx, cache: _SessionCache) -> None:
     """After a sync grew ``cache``: keeps the warm caches within ``session_cache_bytes``.
@@ -657,16 +664,17 @@ class ContextPackPlugin(BasePlugin):
     with self._guard:
       if self._sessions.get(key) is not cache:  # an unshared (threaded) or replaced cache
         return
-      held = cache.compiler.held_bytes()
+      held = self._held(cache)
       if held > self.session_cache_bytes:
         del self._sessions[key]
         self._cached_bytes -= self._cache_bytes.pop(key, 0)
+        self.manifests.forget_stream(key)
         oversized = True
       else:
         oversized = False
         self._weigh(key, held)
         while self._cached_bytes > self.session_cache_bytes and len(self._sessions) > 1:
-          if next(iter(self._sessions)) == key:  # not reached: the key was moved to the end
+          if next(iter(self._sessions)) == key:  # another call of the plugin used a cache since this one's
             self._sessions.move_to_end(key)
           self._evict_oldest()
     if oversized:
@@ -767,7 +775,6 @@ class ContextPackPlugin(BasePlugin):
     window = self.window or self._window_for(llm_request.model, backups)
     history = [contents[i] for i in convo[:anchor]]
     self._sync_history(cache, history, _code_result_openings(ctx))
-    self._fit_caches(ctx, cache)
     state = ctx.state
 
     read = read_state(state, self.state_keys)
@@ -986,6 +993,7 @@ class ContextPackPlugin(BasePlugin):
                                            stream=self._key(ctx))
     except Exception as e:
       self._record_fault(ctx, e, "before_model", outcome="the pack was sent, its manifest was not stored")
+    self._fit_caches(ctx, cache)  # after the compile and the write: what they memoised counts too
     pointer = {
         "pack_id": pack.manifest["pack_id"], "version": version, "tokens": estimate,
         "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,

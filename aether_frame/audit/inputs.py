@@ -115,6 +115,10 @@ class InputEncoder:
     }
     return EncodedInputs(section, ChainMap(blobs, history_blobs))
 
+  def forget(self, stream: Any) -> None:
+    """Drops ``stream``'s memo (its session's cache was let go: the next call encodes afresh)."""
+    self._streams.pop(stream, None)
+
   def _history(self, history: list[Item], stream: Any) -> tuple[list[list[str]], dict[str, bytes]]:
     size = self.chunk_size
     memo = self._streams.get(stream) if stream is not None else None

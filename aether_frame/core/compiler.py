@@ -359,6 +359,11 @@ class CompilerSession:
     """Tokens of the history held."""
     return self._cum[-1]
 
+  @property
+  def media_chars(self) -> int:
+    """Characters of inline media payloads (base64) in the history held."""
+    return self._media[-1]
+
   def held_bytes(self) -> int:
     """An estimate of the memory this session holds, for a cache that keeps many.
 

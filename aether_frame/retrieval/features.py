@@ -76,17 +76,6 @@ class LRU:
       pass
     return value
 
-  def peek(self, key: Hashable) -> Any:
-    """The value for ``key`` (now the most recently used), or None; never inserts."""
-    value = self._data.get(key)
-    if value is not None:
-      self.hits += 1
-      try:
-        self._data.move_to_end(key)
-      except KeyError:  # evicted meanwhile by another thread
-        pass
-    return value
-
   def _charge(self, key: Hashable, value: Any) -> None:
     data, costs = self._data, self._costs
     c = self._cost(value)

@@ -78,6 +78,8 @@ class IncrementalBM25:
     self._postings: dict[str, dict[DocKey, int]] = {}
     self._df: Counter = Counter()
     self._total_len = 0
+    self.pairs = 0
+    """(term, document) postings held: what the index's size grows with."""
     self._retired: dict[DocKey, tuple[Counter, int]] = {}
     """Tokenised docs that left the active set, kept so that returning is cheap."""
     self._max_cached = max_cached
@@ -114,6 +116,7 @@ class IncrementalBM25:
       tf, length = self._analyse(key, text)
     self._active[key] = (tf, length)
     self._total_len += length
+    self.pairs += len(tf)
     for term, count in tf.items():
       self._postings.setdefault(term, {})[key] = count
       self._df[term] += 1
@@ -126,6 +129,7 @@ class IncrementalBM25:
       return
     tf, length = entry
     self._total_len -= length
+    self.pairs -= len(tf)
     for term in tf:
       posting = self._postings[term]
       del posting[key]

@@ -61,11 +61,11 @@ QUERY_CACHE = 256
 QUERY_CACHE_CHARS = 8_000_000
 """Query analyses hold ~4 copies of the query's text: 256 pasted 400 KB messages would be 400 MB."""
 SMALL_SETS_BYTES = 16 * 2**20
-"""Small-layer BM25 sets kept per ranker (``DocFeatures.cost`` of their documents, twice: the
-set's document frequencies and feedback lists are about as large again)."""
+"""Small-layer BM25 sets kept per ranker, by what each holds of its own (``_small_cost``)."""
 KEY_MEMO = 200_000
-KEY_MEMO_CHARS = 32_000_000
-"""The per-item memo holds each item's text and index text: emptied past either cap."""
+KEY_MEMO_BYTES = 256 * 2**20
+"""The per-item memo holds each item's text, index text and analysis: emptied past either cap
+(a session's memo also counts toward the plugin's ``session_cache_bytes``)."""
 PAIR_SWEEP = 64
 """Pools up to this size test every pair's signature up front (integer work only)."""
 SMALL_LAYER = 48
@@ -99,9 +99,9 @@ class HybridRanker:
     self._pairs = LRU(8)
     """Near-duplicate candidates by item set (small layers), for MMR."""
     self._prefix_cache: dict[int, tuple[int, IncrementalBM25, dict]] = {}
-    self._key_memo: dict[str, tuple[str, str, DocKey, Any, int]] = {}
-    """Item id -> (raw text, index text, key, explicit index text, characters held)."""
-    self._key_memo_chars = 0
+    self._key_memo: dict[str, tuple[str, str, DocKey, Any, DocFeatures, int]] = {}
+    """Item id -> (raw text, index text, key, explicit index text, analysis, bytes held)."""
+    self._key_memo_bytes = 0
     self._rows: dict[DocKey, Any] = {}
     """Document vectors by key (numpy rows once numpy is seen), so a call only embeds new items."""
     self._last_matrix: Any = None
@@ -308,13 +308,13 @@ class HybridRanker:
     return IncrementalBM25(k1=self.weights.bm25_k1, b=self.weights.bm25_b, max_cached=0)
 
   def _keys(self, items: Sequence[Item]) -> tuple[list[str], list[DocKey], list[DocFeatures]]:
-    """Index text, (id, content hash) and features per item; the first two memoised on (id, raw text).
+    """Index text, (id, content hash) and features per item; memoised on (id, raw text).
 
-    The memo keeps texts only: the analyses stay in the shared, size-capped
-    ``_features`` (a memo per session holding them kept what that cap evicted).
+    The memo keeps each item's analysis too, so a whole-history scan or a large
+    layer never re-analyses what the shared cache let go; what it holds is
+    counted in ``held_bytes`` (and so in the plugin's ``session_cache_bytes``).
     """
     memo = self._key_memo
-    features = self._features
     texts: list[str] = []
     keys: list[DocKey] = []
     feats: list[DocFeatures] = []
@@ -324,25 +324,27 @@ class HybridRanker:
       if hit is None or hit[0] != it.text or hit[3] != explicit:
         t = self._index_text(it)
         h = content_hash(t)
-        size = len(it.text) + (len(t) if t is not it.text else 0)
+        f = self.features(t, h)
+        size = len(it.text) + f.cost  # the analysis counts the index text while it keeps it
         if hit is not None:
-          self._key_memo_chars -= hit[4]
-        if len(memo) >= KEY_MEMO or self._key_memo_chars + size > KEY_MEMO_CHARS:
+          self._key_memo_bytes -= hit[5]
+        if len(memo) >= KEY_MEMO or self._key_memo_bytes + size > KEY_MEMO_BYTES:
           memo.clear()
-          self._key_memo_chars = 0
-        hit = memo[it.id] = (it.text, t, (it.id, h), explicit, size)
-        self._key_memo_chars += size
+          self._key_memo_bytes = 0
+        hit = memo[it.id] = (it.text, t, (it.id, h), explicit, f, size)
+        self._key_memo_bytes += size
       texts.append(hit[1])
       keys.append(hit[2])
-      f = features.peek(hit[2][1])
-      feats.append(f if f is not None else self.features(hit[1], hit[2][1]))
+      feats.append(hit[4])
     return texts, keys, feats
 
   @property
   def held_bytes(self) -> int:
     """Roughly what this ranker holds of its own (a session's child does, apart from the shared
-    analyses): the item texts it memoises and its small-layer BM25 sets."""
-    return self._key_memo_chars + self._small.total_cost
+    analysis cache): its per-item memo (texts and analyses), its small-layer BM25 sets and its
+    per-layer indexes (~200 bytes per posting: the entry and the term counts it points at)."""
+    postings = sum(lex.pairs for lex in self._layers.values())
+    return self._key_memo_bytes + self._small.total_cost + 200 * postings
 
   def _similarities(self, query: str, texts: list[str], keys: list[DocKey]) -> Optional[list[float]]:
     """Cosine of each item to the query; None (lexical only) if the embedder fails."""
@@ -553,7 +555,9 @@ class HybridRanker:
 
 
 def _small_cost(lex: SmallBM25) -> int:
-  return 2 * sum(f.cost for f in lex._docs.values())
+  """A set's own structures: a document frequency per distinct term (its feedback lists are
+  filled for the few best documents only). Its analyses are the per-item memo's, counted there."""
+  return 256 + 100 * len(lex._df)
 
 
 def _features_cost(f: DocFeatures) -> int:

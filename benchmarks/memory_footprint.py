@@ -4,12 +4,12 @@
    index) at 1,000 and 10,000 events: bytes held per history token, before and
    after recall has indexed the trimmed turns. The plugin keeps up to 256 such
    caches, and sizes its byte cap (``session_cache_bytes``) with this figure.
-2. The rankers when every call brings a new large document (``--docs`` calls
-   over 40 sessions' rankers, one new ``--doc-kb`` KB evidence item each): bytes
-   still held afterwards, what the sessions' rankers count toward the plugin's
-   ``session_cache_bytes`` (``held_bytes``), and the rest, which the shared
-   analysis cache's cap bounds; and, in the same run, the shared cache capped
-   by entry count only, as it was.
+2. A plugin serving 40 sessions one call each through a real Runner, each
+   session bringing its own large knowledge documents (``--docs`` in all, of
+   ``--doc-kb`` KB): the bytes its caches free when dropped (warm sessions, their
+   input memos, the shared analysis cache) and what it counts for the sessions
+   it kept, with no effective cap and with ``session_cache_bytes`` = 64 MiB, in
+   the same run.
 
 Bytes are Python allocations traced by ``tracemalloc`` (the encodings' own Rust
 memory is not included and does not grow).
@@ -70,30 +70,38 @@ def session_footprint(n_events: int) -> dict[str, float]:
           "per_token": held_history / tokens, "with_recall_per_token": (held_history + held_recall) / tokens}
 
 
-def _count_capped(r: ranker_mod.HybridRanker) -> ranker_mod.HybridRanker:
-  """The caches as they were: entry caps only (the baseline)."""
-  r._features = LRU(ranker_mod.FEATURE_CACHE)
-  r._queries = LRU(ranker_mod.QUERY_CACHE)
-  return r
+async def plugin_held(docs: list[str], cap: int, sessions: int) -> tuple[int, int, int]:
+  """One call each for ``sessions`` sessions through a real Runner (offline model), each with
+  its share of ``docs`` as knowledge; returns the bytes the plugin's caches free when dropped,
+  the plugin's own count of what its warm caches hold, and how many it kept."""
+  from google.adk.agents import LlmAgent
+  from google.adk.apps import App
+  from google.adk.artifacts import InMemoryArtifactService
+  from google.adk.runners import Runner
+  from google.adk.sessions import InMemorySessionService
+  from google.genai import types
 
+  from aether_frame.adk.plugin import ContextPackPlugin
+  from aether_frame.offline_model import OfflineLlm
 
-def ranker_retained(docs: list[str], *, baseline: bool, sessions: int = 40) -> tuple[int, int, int]:
-  """Bytes held after ranking ``docs`` through ``sessions`` session rankers (children), the
-  analyses the shared cache keeps, and what the children count in ``held_bytes``."""
-  def run():
-    parent = ranker_mod.HybridRanker()
-    if baseline:
-      _count_capped(parent)
-    children = [parent.child() for _ in range(sessions)]
-    for i, text in enumerate(docs):
-      item = Item(id=f"evidence:doc{i}", layer=Layer.EVIDENCE, kind="evidence", text=text,
-                  provenance=Provenance(source=f"artifact://doc{i}.md", timestamp=cb.T0))
-      children[i % sessions].rank(f"what does document {i} say about the quarterly invoice totals", [item],
-                                  layer=Layer.EVIDENCE, now=cb.T0 + i)
-    return parent, children
-
-  (parent, children), held = traced(run)
-  return held, len(parent._features), sum(c.held_bytes for c in children)
+  plugin = ContextPackPlugin(window=131_072, session_cache_bytes=cap)
+  app = App(name="mem", root_agent=LlmAgent(name="assistant", model=OfflineLlm(), instruction="Be brief."), plugins=[plugin])
+  runner = Runner(app=app, session_service=InMemorySessionService(), artifact_service=InMemoryArtifactService())
+  per = max(1, len(docs) // sessions)
+  for k in range(sessions):
+    knowledge = [{"uri": f"artifact://s{k}/doc{i}.md", "summary": docs[(k * per + i) % len(docs)]} for i in range(per)]
+    session = await runner.session_service.create_session(app_name="mem", user_id="u", state={"knowledge": knowledge})
+    msg = types.Content(role="user", parts=[types.Part(text=f"What do the documents say about item {k}?")])
+    async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=msg):
+      pass
+  counted, kept = plugin._cached_bytes, len(plugin._sessions)
+  gc.collect()
+  before = tracemalloc.get_traced_memory()[0]
+  plugin._sessions.clear()
+  plugin.manifests._encoder._streams.clear()
+  plugin.ranker._features = LRU(1)
+  gc.collect()
+  return before - tracemalloc.get_traced_memory()[0], counted, kept
 
 
 def main(argv=None) -> int:
@@ -129,14 +137,19 @@ def main(argv=None) -> int:
       out.append(w)
       n += len(w) + 1
     docs.append(" ".join(out))
-  print(f"\n2. rankers after {args.docs} calls over 40 sessions, each call with a new {args.doc_kb} KB document")
-  ours, ours_n, ours_own = ranker_retained(docs, baseline=False)
-  base, base_n, _ = ranker_retained(docs, baseline=True)
-  print(f"   shared cache capped by entry count only (before): {base / MIB:8.1f} MiB held, {base_n} analyses shared")
-  print(f"   shipped caps: {ours / MIB:8.1f} MiB held, {ours_n} analyses shared (cap "
-        f"{ranker_mod.FEATURE_CACHE_BYTES / MIB:.0f} MiB); the sessions' rankers count {ours_own / MIB:.1f} MiB "
-        f"toward session_cache_bytes")
-  print(f"   held, not counted by any session: {(ours - ours_own) / MIB:.1f} MiB (at most the shared cap)")
+  print(f"\n2. a plugin after one call each for 40 sessions, each with {args.docs // 40} new {args.doc_kb} KB "
+        "knowledge documents (real Runner, offline model)")
+  import asyncio
+
+  for cap in (2**40, 64 * MIB):
+    tracemalloc.start()
+    try:
+      freed, counted, kept = asyncio.run(plugin_held(docs, cap, 40))
+    finally:
+      tracemalloc.stop()
+    label = "no effective cap" if cap == 2**40 else f"session_cache_bytes={cap // MIB} MiB"
+    print(f"   {label:>28}: its caches hold {freed / MIB:7.1f} MiB; it counts {counted / MIB:7.1f} MiB "
+          f"for the {kept} sessions it kept warm")
   print(f"\ntotal runtime {time.perf_counter() - started:.0f}s")
   return 0
 

@@ -128,7 +128,7 @@ def test_the_item_memo_counts_a_replaced_text_once():
   for n in range(200):  # one id whose text changes every call
     r.rank("w1x", [_evidence(0, f"version {n} " + "w1x w2x " * 100)], layer=Layer.EVIDENCE, now=1.0)
   assert len(r._key_memo) == 1
-  assert r._key_memo_bytes == r._key_memo["evidence:doc0"][5] == len(r._key_memo["evidence:doc0"][0]) + r._key_memo["evidence:doc0"][4].cost
+  assert r._key_memo_bytes == r._key_memo["evidence:doc0"][5] == len(r._key_memo["evidence:doc0"][0]) + 256 + 112 * len(r._key_memo["evidence:doc0"][4].tf)
 
 
 def test_an_entry_evicted_before_it_is_charged_is_not_counted():
@@ -169,3 +169,22 @@ def test_shipped_memos_have_text_caps():
   r = ranker_mod.HybridRanker()
   assert r._features.max_cost == ranker_mod.FEATURE_CACHE_BYTES
   assert r._queries.max_cost == ranker_mod.QUERY_CACHE_CHARS
+
+
+def test_a_scan_does_not_re_analyse_what_the_shared_cache_let_go(monkeypatch):
+  """The per-item memo keeps each analysis: ranking the same 200 items again analyses none."""
+  monkeypatch.setattr(ranker_mod, "FEATURE_CACHE_BYTES", 50_000)
+  rng = random.Random(4)
+  items = [_evidence(i, _document(rng, 600)) for i in range(200)]
+  r = ranker_mod.HybridRanker()
+  r.rank("w5x", items, layer=Layer.EVIDENCE, now=1.0)
+  misses = r._features.misses
+  r.rank("w6x", items, layer=Layer.EVIDENCE, now=2.0)
+  assert r._features.misses == misses
+
+
+def test_a_large_layer_index_counts_in_held_bytes():
+  rng = random.Random(6)
+  r = ranker_mod.HybridRanker()
+  r.rank("w5x", [_evidence(i, _document(rng, 600)) for i in range(60)], layer=Layer.EVIDENCE, now=1.0)
+  assert r.held_bytes - r._key_memo_bytes - r._small.total_cost > 0

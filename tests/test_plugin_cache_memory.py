@@ -198,3 +198,18 @@ async def test_what_a_compile_memoises_is_weighed_and_an_evicted_sessions_input_
     assert set(plugin.manifests._encoder._streams) <= set(plugin._sessions)
   assert 0 < len(plugin._sessions) < 6, "six sessions of ten documents each must pass a 150 KB cap"
   assert plugin.faults == 0
+
+
+async def test_a_call_that_fails_after_the_sync_still_weighs_the_session():
+  """An instruction larger than the window: every call faults (and goes out unpacked), but
+  the history the plugin synced is weighed, so the session can still be let go."""
+  plugin = ContextPackPlugin(window=2_048)
+  a, _ = agent(instruction="Follow every rule below. " + "Rule: check the invoice totals twice. " * 700)
+  runner = make_runner(a, [plugin])
+  sid = (await new_session(runner)).id
+  for t in range(4):
+    await say(runner, sid, f"Turn {t}: " + _TURN.format(i=t))
+  assert plugin.faults == 4
+  (cache,) = plugin._sessions.values()
+  assert cache.compiler.history_tokens > 0
+  _check_totals(plugin)

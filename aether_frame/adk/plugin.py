@@ -662,7 +662,9 @@ class ContextPackPlugin(BasePlugin):
     """
     key = self._key(ctx)
     with self._guard:
-      if self._sessions.get(key) is not cache:  # an unshared (threaded) or replaced cache
+      if self._sessions.get(key) is not cache:  # an unshared (threaded), replaced or evicted cache
+        if key not in self._sessions:  # evicted during this call's awaits: its write re-made the input memo
+          self.manifests.forget_stream(key)
         return
       held = self._held(cache)
       if held > self.session_cache_bytes:
@@ -775,6 +777,7 @@ class ContextPackPlugin(BasePlugin):
     window = self.window or self._window_for(llm_request.model, backups)
     history = [contents[i] for i in convo[:anchor]]
     self._sync_history(cache, history, _code_result_openings(ctx))
+    self._fit_caches(ctx, cache)  # weighed again after the write; this one holds if the compile fails
     state = ctx.state
 
     read = read_state(state, self.state_keys)

@@ -325,7 +325,7 @@ class HybridRanker:
         t = self._index_text(it)
         h = content_hash(t)
         f = self.features(t, h)
-        size = len(it.text) + f.cost  # the analysis counts the index text while it keeps it
+        size = len(it.text) + (len(t) if t is not it.text else 0) + 256 + 112 * len(f.tf)
         if hit is not None:
           self._key_memo_bytes -= hit[5]
         if len(memo) >= KEY_MEMO or self._key_memo_bytes + size > KEY_MEMO_BYTES:

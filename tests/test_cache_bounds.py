@@ -33,6 +33,19 @@ def _evidence(i: int, text: str) -> Item:
               provenance=Provenance(source=f"artifact://doc{i}.md", timestamp=1_750_000_000.0))
 
 
+def _held_after(fn):
+  """``fn()`` and the traced bytes still allocated once it returns (after a collection)."""
+  gc.collect()
+  tracemalloc.start()
+  try:
+    base = tracemalloc.get_traced_memory()[0]
+    out = fn()
+    gc.collect()
+    return out, tracemalloc.get_traced_memory()[0] - base
+  finally:
+    tracemalloc.stop()
+
+
 def test_bounded_memo_empties_past_its_text_cap():
   memo = BoundedMemo(1_000, max_chars=10_000)
   for i in range(30):
@@ -77,17 +90,14 @@ def test_ranker_memory_stays_bounded_with_many_large_documents(monkeypatch):
   monkeypatch.setattr(ranker_mod, "KEY_MEMO_BYTES", 2 * 2**20)
   rng = random.Random(7)
   docs = [_document(rng, 100_000) for _ in range(60)]
-  gc.collect()
-  tracemalloc.start()
-  try:
-    base = tracemalloc.get_traced_memory()[0]
+
+  def run():
     r = ranker_mod.HybridRanker()
     for i, text in enumerate(docs):
       r.rank("which w10x document mentions w77x", [_evidence(i, text)], layer=Layer.EVIDENCE, now=1_750_000_100.0)
-    gc.collect()
-    held = tracemalloc.get_traced_memory()[0] - base
-  finally:
-    tracemalloc.stop()
+    return r
+
+  r, held = _held_after(run)
   assert r._features.total_cost <= 4 * 2**20
   assert len(r._features) < 60
   assert held < 12 * 2**20, f"the ranker holds {held / 2**20:.1f} MiB after 60 large documents"
@@ -100,19 +110,16 @@ def test_child_rankers_account_for_what_they_hold(monkeypatch):
   monkeypatch.setattr(ranker_mod, "FEATURE_CACHE_BYTES", 4 * 2**20)
   rng = random.Random(9)
   docs = [_document(rng, 100_000) for _ in range(80)]
-  gc.collect()
-  tracemalloc.start()
-  try:
-    base = tracemalloc.get_traced_memory()[0]
+
+  def run():
     parent = ranker_mod.HybridRanker()
     children = [parent.child() for _ in range(8)]
     for i, text in enumerate(docs):
       children[i % 8].rank("what does w10x say", [_evidence(i, text)], layer=Layer.EVIDENCE, now=1_750_000_100.0)
-    docs = None  # only the rankers hold the texts now
-    gc.collect()
-    held = tracemalloc.get_traced_memory()[0] - base
-  finally:
-    tracemalloc.stop()
+    docs.clear()  # only the rankers hold the texts now
+    return children
+
+  children, held = _held_after(run)
   own = sum(c.held_bytes for c in children)
   memos = sum(c._key_memo_bytes for c in children)
   assert 0 < memos <= own

@@ -473,3 +473,54 @@ async def test_a_workflow_node_resumed_after_a_confirmation_is_packed():
   docs = await manifests(runner, session.id)
   assert [d["invocation_id"] for d in docs] == [paused[0].invocation_id] * 2
   assert all(d["valid"] and d["runtime"]["guard"]["ok"] for d in docs) and plugin.faults == 0
+
+
+def _lane_sized_reply(req):
+  """Lane i answers with 20 + 25 i words, so the lanes' tails are cut at different turns."""
+  ask = _asked(req)
+  return f"answer to {ask}: " + "detail " * (20 + 25 * int(ask.rsplit(" ", 1)[1]))
+
+
+async def _last_turn_tails(fresh_worker: bool, turns: int = 14) -> tuple[dict[str, list[str]], list[str]]:
+  """Three ``run_node`` lanes of one agent under a small window; the last turn is served by
+  this worker, or by a fresh one (another process: no warm cache). Per lane: the history
+  texts sent before the payload; and the tail keys in state."""
+  model = OfflineLlm(default=_lane_sized_reply)
+  writer = LlmAgent(name="writer", model=model, instruction="Write.", include_contents="default")
+
+  @node(rerun_on_resume=True)
+  async def fan(ctx: Context, node_input: str) -> list:
+    return [await ctx.run_node(writer, node_input=f"{node_input} part {i}") for i in range(3)]
+
+  wf = Workflow(name="wf", edges=[(START, fan)])
+  sessions, artifacts = InMemorySessionService(), InMemoryArtifactService()
+
+  def worker():
+    return make_runner(wf, [ContextPackPlugin(window=1100)], session_service=sessions, artifact_service=artifacts)
+
+  runner = worker()
+  session = await new_session(runner)
+  for t in range(turns - 1):
+    await say(runner, session.id, f"turn{t}")
+  if fresh_worker:
+    runner = worker()
+  start = len(model.received)
+  await say(runner, session.id, f"turn{turns - 1}")
+  stored = await sessions.get_session(app_name=runner.app_name, user_id=USER, session_id=session.id)
+  out = {}
+  for sent in model.received[start:]:
+    out[_asked(sent)] = [_user_text(c) for c in sent.contents[:_payload_index(sent)]]
+  return out, sorted(k for k in stored.state if k.startswith("aether_frame:tail:"))
+
+
+async def test_a_fresh_worker_keeps_each_lanes_own_tail_cut():
+  """The tail cut is kept in state per lane. Kept per agent, a worker without a warm cache
+  read the lane that wrote last: the user turns are shared, so its cut (turn 10) was in
+  every lane's history, and the lane of short answers sent 3 turns instead of 13."""
+  warm, _ = await _last_turn_tails(False)
+  cold, keys = await _last_turn_tails(True)
+  assert sorted(warm) == ["turn13 part 0", "turn13 part 1", "turn13 part 2"]
+  lengths = [len(warm[k]) for k in sorted(warm)]
+  assert lengths[0] > lengths[2] > 0, lengths  # the lanes really are cut at different turns
+  assert cold == warm
+  assert keys == [f"aether_frame:tail:writer||wf@1/fan@1/writer@{n}" for n in (1, 2, 3)], keys

@@ -60,7 +60,7 @@ from . import artifact_listing, preload_memory, sources
 from .guard import check_request, count_request, pending_calls
 from .manifest_store import ManifestWriter
 from .state_schema import (
-    CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, STEPS_KEY_PREFIX, TAIL_KEY_PREFIX, KnowledgeItem, PlanState, StateKeys,
+    CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, STEPS_KEY_PREFIX, KnowledgeItem, PlanState, StateKeys, tail_key,
     read_state, unread_keys,
 )
 from .tool_scope import is_protected, scope_tools, skill_provided_names
@@ -153,11 +153,12 @@ class _Undo:
 
   ``calls`` is the invocation's model-call counter and its count at compile
   time: ADK counts a call only once every before-model callback let it through.
-  ``lane`` is (app, user, session, agent), the scope of the state's tail hint.
+  ``lane`` is the compiler key, the scope of the tail hint; ``tail_key`` its state key.
   """
 
   calls: tuple[Any, int]
   lane: tuple
+  tail_key: str
   tail_hint: Optional[str]
   steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
   prior: dict[str, Any] = field(default_factory=dict)
@@ -320,7 +321,7 @@ class ContextPackPlugin(BasePlugin):
     (never held across an await, never taken twice)."""
     self._logged: OrderedDict[str, None] = OrderedDict()
     self._tail_written: OrderedDict[tuple, Optional[str]] = OrderedDict()
-    """(app, user, session, agent) -> the tail hint this process last wrote to state."""
+    """Compiler key (a lane) -> the tail hint this process last wrote to state."""
     self._fault_injector = _fault_injector
     self._listings: OrderedDict[tuple, Optional[artifact_listing.ListingEdit]] = OrderedDict()
     self._allowed = _ByInvocation()
@@ -484,7 +485,7 @@ class ContextPackPlugin(BasePlugin):
     if cache is not None:  # (a cache evicted since has no hint to restore)
       cache.tail_hint = undo.tail_hint
       cache.steps_hint = undo.steps_hint
-    old_tail = undo.prior.get(TAIL_KEY_PREFIX + undo.lane[3], _MISSING)
+    old_tail = undo.prior.get(undo.tail_key, _MISSING)
     with self._guard:
       if old_tail is _MISSING:
         self._tail_written.pop(undo.lane, None)
@@ -574,12 +575,12 @@ class ContextPackPlugin(BasePlugin):
   def _tail_hint(self, cache: _SessionCache, lane: tuple, stored: Any) -> Optional[str]:
     """The cut the tail keeps: this lane's own, unless another worker moved it since.
 
-    The state holds the last cut any worker wrote for the agent. When it no
-    longer holds what this process last wrote there, another worker served
-    the agent meanwhile, and its cut is the one a single worker would keep; a
-    warm cache's older cut would re-trim turns that worker kept. A sibling
-    lane's write in this process is not taken. Anyone can write state: a
-    hint that is not a string is ignored.
+    The state holds the last cut any worker wrote for the agent's lane (each
+    workflow lane has a key of its own, see ``state_schema.tail_key``). When
+    it no longer holds what this process last wrote there, another worker
+    served the lane meanwhile, and its cut is the one a single worker would
+    keep; a warm cache's older cut would re-trim turns that worker kept.
+    Anyone can write state: a hint that is not a string is ignored.
     """
     stored = stored if isinstance(stored, str) else None
     if cache.tail_hint is None:
@@ -889,9 +890,10 @@ class ContextPackPlugin(BasePlugin):
     # Sized for whichever of a FallbackModel's models answers: the largest scale.
     scale = max(calibration.scale(m, policy.calibration_margin) for m in [model, *backups])
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
-    tail_key, lane = TAIL_KEY_PREFIX + agent, self._key(ctx)[:4]
-    hint = self._tail_hint(cache, lane, state.get(tail_key))
-    steps_key, steps_lane = STEPS_KEY_PREFIX + agent, _lane_label(self._key(ctx))
+    lane = self._key(ctx)
+    steps_key, steps_lane = STEPS_KEY_PREFIX + agent, _lane_label(lane)
+    lane_tail_key = tail_key(agent, steps_lane)
+    hint = self._tail_hint(cache, lane, state.get(lane_tail_key))
     steps_hint = _steps_hint(cache.steps_hint, state.get(steps_key), ctx.invocation_id, steps_lane)
     call = CallInputs(
         items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
@@ -948,8 +950,8 @@ class ContextPackPlugin(BasePlugin):
     self._note_allowed(ctx, scoped)
     calls = _llm_calls(ctx)
     undo = None if calls is None else _Undo(
-        calls, lane, cache.tail_hint,
-        prior={k: state.get(k, _MISSING) for k in (tail_key, LAST_PACK_KEY, steps_key)}, steps_hint=cache.steps_hint)
+        calls, lane, lane_tail_key, cache.tail_hint,
+        prior={k: state.get(k, _MISSING) for k in (lane_tail_key, LAST_PACK_KEY, steps_key)}, steps_hint=cache.steps_hint)
     cache.tail_hint = pack.tail_start_id
     cache.steps_hint = (ctx.invocation_id, pack.inflight_hint)
     steps = _with_steps_hint(state.get(steps_key), ctx.invocation_id, steps_lane, pack.inflight_hint)
@@ -963,7 +965,7 @@ class ContextPackPlugin(BasePlugin):
     self._add_call(_Sent(ctx.actions, model, estimate, weakref.ref(cache), llm_request, payload_at, undo,
                          cache_before=before.model_copy() if before is not None else None,
                          limit=pack.manifest["window"] - pack.manifest["reserve"]))
-    state[tail_key] = pack.tail_start_id
+    state[lane_tail_key] = pack.tail_start_id
     with self._guard:
       self._tail_written[lane] = pack.tail_start_id
       self._tail_written.move_to_end(lane)
@@ -1003,7 +1005,7 @@ class ContextPackPlugin(BasePlugin):
     }
     state[LAST_PACK_KEY] = pointer
     if undo is not None:
-      undo.written.update({tail_key: pack.tail_start_id, LAST_PACK_KEY: pointer})
+      undo.written.update({lane_tail_key: pack.tail_start_id, LAST_PACK_KEY: pointer})
     if over is not None:
       self._record_fault(ctx, over, "before_model",
                          outcome=f"the minimal safe pack was sent, {estimate - over.usable} tokens over the usable window")

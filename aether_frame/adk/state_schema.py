@@ -20,9 +20,20 @@ LAST_FAULT_KEY = "aether_frame:last_fault"
 CALIBRATION_KEY = "aether_frame:calibration"
 """Per-session tokenizer calibration (``Calibrator.to_dict()``), shared by all workers."""
 TAIL_KEY_PREFIX = "aether_frame:tail:"
+"""+ agent: the id of the first history turn the agent's last pack kept (its tail cut), so any
+worker keeps that cut. A workflow lane of the agent (its own branch or node path) has a key of its
+own, + agent + "|<branch>|<node path>" (``tail_key``): lanes see different histories, and a
+worker reading a sibling lane's cut trimmed turns the lane's own cut kept."""
 STEPS_KEY_PREFIX = "aether_frame:steps:"
 """+ agent: {"invocation": id, "cuts": {"<branch>|<node path>": newest finished step dropped}}, written
 only once an invocation's own steps were trimmed, so any worker keeps that cut."""
+
+
+def tail_key(agent: str, lane: str = "|") -> str:
+  """The state key of ``agent``'s tail cut in ``lane`` ("<branch>|<node path>"; "|": none)."""
+  return TAIL_KEY_PREFIX + agent if lane == "|" else f"{TAIL_KEY_PREFIX}{agent}|{lane}"
+
+
 _OWN_KEYS = (LAST_PACK_KEY, LAST_FAULT_KEY, CALIBRATION_KEY)
 
 

@@ -311,21 +311,25 @@ def pct_of_usable(doc: dict[str, Any]) -> int:
 
 
 def format_table(doc: dict[str, Any]) -> str:
-  """One call's budget table. The budget column adds up: the six layers and ``unallocated``
-  make ``usable``; ``usable``, the output reserve and the calibration margin make the window."""
+  """One call's budget table. The budget column adds up: the six layers' shares and
+  ``unallocated`` make ``usable``; ``usable``, the output reserve and the calibration margin
+  make the window. ``+unused`` is what a payload layer took on top of its share from
+  tokens the other layers (and ``unallocated``) left unused: counted once, in its donors'
+  rows, it lets that layer's ``used`` exceed its share."""
   dropped = dropped_per_layer(doc)
-  rows = [f"{'layer':<17}{'budget':>8}{'used':>8}{'dropped':>9}"]
+  rows = [f"{'layer':<17}{'budget':>8}{'+unused':>8}{'used':>8}{'dropped':>9}"]
   for name in ("system", "task", "tools", "evidence", "memory", "conversation"):
     layer = doc["layers"][name]
-    rows.append(f"{name:<17}{layer['budget']:>8}{layer['used']:>8}{dropped.get(name, 0):>9}")
+    extra = layer.get("received", 0)  # (absent from older manifests)
+    rows.append(f"{name:<17}{layer['budget'] - extra:>8}{extra or '':>8}{layer['used']:>8}{dropped.get(name, 0):>9}")
   rows.append(f"{'unallocated':<17}{doc['totals']['unallocated']:>8}")
-  rows.append(f"{'= usable':<17}{doc['usable']:>8}{doc['totals']['tokens']:>8}"
+  rows.append(f"{'= usable':<17}{doc['usable']:>8}{'':>8}{doc['totals']['tokens']:>8}"
               f"{'':>9}  {pct_of_usable(doc)}% of usable")
-  rows.append(f"{'slack (output)':<17}{doc['reserve']:>8}{'':>8}{'':>9}  reserved for the reply")
+  rows.append(f"{'slack (output)':<17}{doc['reserve']:>8}{'':>8}{'':>8}{'':>9}  reserved for the reply")
   # usable = floor((window - reserve) / token_scale): what the calibration holds back
   # because the provider counts more tokens than our tokenizer does.
   margin = doc["window"] - doc["reserve"] - doc["usable"]
-  rows.append(f"{'calibration':<17}{margin:>8}{'':>8}{'':>9}  provider counts {doc['token_scale']:.3f}x ours")
+  rows.append(f"{'calibration':<17}{margin:>8}{'':>8}{'':>8}{'':>9}  provider counts {doc['token_scale']:.3f}x ours")
   rows.append(f"{'= window':<17}{doc['window']:>8}")
   return "\n".join(rows)
 

@@ -136,15 +136,18 @@ class Run:
     self.state: dict[str, Any] = {}
 
 
-async def run_script(storage: Storage, tag: str, workers: list[int], *, texts=TEXTS, make_plugin=None) -> Run:
+async def run_script(storage: Storage, tag: str, workers: list[int], *, texts=TEXTS, make_plugin=None,
+                     guarded: bool = False) -> Run:
   """Says ``texts[t]`` through worker ``workers[t]``: each worker is its own plugin,
-  Runner, session service and artifact service instance on the ``tag`` storage."""
+  Runner, session service and artifact service instance on the ``tag`` storage.
+  ``guarded``: the agent's own ``_guardrail`` answers "forbidden" turns, whose
+  request is recorded as None (the model never saw one)."""
   run, runners = Run(), {}
   try:
     for t, w in enumerate(workers):
       if w not in runners:
         model = OfflineLlm(default=REPLY)
-        ag, _ = agent(model=model)
+        ag, _ = agent(model=model, before_model_callback=_guardrail if guarded else None)
         plugin = run.plugins[w] = (make_plugin or (lambda: ContextPackPlugin(window=WINDOW)))()
         runners[w] = (make_runner(ag, [plugin], session_service=storage.open(tag), artifact_service=storage.artifacts(tag)), model)
       runner, model = runners[w]
@@ -152,9 +155,10 @@ async def run_script(storage: Storage, tag: str, workers: list[int], *, texts=TE
       if t == 0:
         await runner.session_service.create_session(
             app_name=APP, user_id=USER, session_id=SID, state={"plan": PLAN, "user:locale": "nb-NO", "app:tier": "gold"})
+      seen = len(model.received)
       for event in await say(runner, SID, texts[t]):
         run.written.update({k: v for k, v in event.actions.state_delta.items() if k.startswith("aether_frame:")})
-      run.requests.append(model.received[-1])
+      run.requests.append(model.received[-1] if len(model.received) > seen else None)
   finally:
     platform_time.reset_time_provider()
     platform_uuid.reset_id_provider()
@@ -378,3 +382,96 @@ async def test_a_blocked_call_that_trimmed_leaves_the_cut_of_the_last_pack_sent(
   await say(runner, SID, texts[15])
   await say(cold, SID, texts[15])
   assert _contents(cold_model.received[-1]) == _contents(model.received[-1])
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"], indirect=True)
+async def test_a_blocked_call_after_another_workers_trim_keeps_that_workers_cut(storage):
+  """A cold worker B trims the tail at turn 11; back on worker A, the guardrail answers
+  turn 12 and the plugin takes that pack back. The take-back once restored A's cache to
+  A's own older cut (turn 10's) while the state went back to B's, so at turn 13 A
+  re-trimmed from its old cut: every later turn must send what one worker sends."""
+  texts = list(TEXTS[:16])
+  texts[12] += " (forbidden)"
+  single = await run_script(storage, "single", [0] * 16, texts=texts, guarded=True)
+  shared = await run_script(storage, "shared", [0] * 11 + [1] + [0] * 4, texts=texts, guarded=True)
+  assert single.requests[12] is None and shared.requests[12] is None
+  assert shared.manifests[11]["tail"]["start"] > shared.manifests[10]["tail"]["start"], "B must move the cut"
+  for t in (13, 14, 15):
+    assert _contents(shared.requests[t]) == _contents(single.requests[t]), f"turn {t}: kept history"
+  assert shared.state[TAIL_KEY] == single.state[TAIL_KEY]
+
+
+@pytest.mark.parametrize("storage", ["memory"], indirect=True)
+async def test_traffic_to_sessions_too_large_to_keep_warm_does_not_hide_anothers_cut(storage):
+  """Worker A says turns 0-10, a cold worker B turn 11 (moving the cut), A turn 12. Before
+  turn 12, A serves 260 other sessions too large to keep warm. A record of what A last
+  wrote per lane, capped apart from the caches, once forgot the shared session; A took
+  the missing record for "nobody else wrote since" and kept its own stale cut over B's."""
+  from google.adk.events.event import Event
+
+  async def turn_12(fillers: int):
+    svc, artifacts = storage.open(f"busy-{fillers}"), storage.artifacts(f"busy-{fillers}")
+    workers, plugins, cuts = [], [], []
+    for _ in range(2):
+      model = OfflineLlm(default=REPLY)
+      # The shared session stays under the cap (~270 KB at turn 12); each filler is ~600 KB.
+      plugin = ContextPackPlugin(window=WINDOW, session_cache_bytes=400_000)
+      plugins.append(plugin)
+      workers.append((make_runner(agent(model=model)[0], [plugin], session_service=svc, artifact_service=artifacts), model))
+    try:
+      for t, w in enumerate([0] * 11 + [1, 0]):
+        runner, model = workers[w]
+        if t == 12:
+          for f in range(fillers):
+            other = await svc.create_session(app_name=APP, user_id=USER, session_id=f"other-{f}")
+            await svc.append_event(other, Event(author="user", invocation_id=f"old-{f}", content=types.Content(
+                role="user", parts=[types.Part(text="filler " * 6000)])))
+            await say(runner, other.id, "hi")
+          assert any(SID in key for key in plugins[0]._sessions), "A's cache of the session must still be warm"
+        _pin_clock(t)
+        if t == 0:
+          await svc.create_session(app_name=APP, user_id=USER, session_id=SID, state={"plan": PLAN})
+        await say(runner, SID, TEXTS[t])
+        cuts.append((await svc.get_session(app_name=APP, user_id=USER, session_id=SID)).state[TAIL_KEY])
+      assert cuts[11] != cuts[10], "B must move the cut"
+    finally:
+      platform_time.reset_time_provider()
+      platform_uuid.reset_id_provider()
+    return workers[0][1].received[-1]
+
+  quiet, busy = await turn_12(0), await turn_12(260)
+  assert _contents(busy) == _contents(quiet)
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"], indirect=True)
+async def test_a_none_cut_another_worker_wrote_is_kept(storage):
+  """Another worker's pack may leave no tail (its in-flight steps pushed the cut past the last
+  turn) and write None. A warm worker took None for "no value" and kept its own older cut;
+  a cold worker starts without a hint: both must send the same next request."""
+  from google.adk.events.event import Event, EventActions
+
+  async def turn_13(evict: bool) -> Any:
+    tag = f"none-{evict}"
+    svc, model = storage.open(tag), OfflineLlm(default=REPLY)
+    plugin = ContextPackPlugin(window=WINDOW)
+    runner = make_runner(agent(model=model)[0], [plugin], session_service=svc, artifact_service=storage.artifacts(tag))
+    try:
+      for t in range(14):
+        _pin_clock(t)
+        if t == 0:
+          await svc.create_session(app_name=APP, user_id=USER, session_id=SID, state={"plan": PLAN})
+        if t == 13:
+          session = await svc.get_session(app_name=APP, user_id=USER, session_id=SID)
+          assert isinstance(session.state[TAIL_KEY], str), "the fixture must have cut the tail"
+          await svc.append_event(session, Event(author="assistant", invocation_id="other-worker",
+                                                actions=EventActions(state_delta={TAIL_KEY: None})))
+          if evict:
+            plugin._sessions.clear()
+        await say(runner, SID, TEXTS[t])
+    finally:
+      platform_time.reset_time_provider()
+      platform_uuid.reset_id_provider()
+    return model.received[-1]
+
+  warm, cold = await turn_13(False), await turn_13(True)
+  assert _contents(warm) == _contents(cold)

@@ -64,7 +64,7 @@ def test_runner_writes_to_gcs_and_replay_is_identical_until_the_policy_changes(g
   # inspect: one manifest as a table.
   assert main(["inspect", f"{loc}@3"]) == 0
   out = capsys.readouterr().out
-  assert "checksum ok" in out and re.search(r"layer\s+budget\s+used\s+dropped", out)
+  assert "checksum ok" in out and re.search(r"layer\s+budget\s+\+unused\s+used\s+dropped", out)
   for layer in ("system", "task", "tools", "evidence", "memory", "conversation"):
     assert re.search(rf"^{layer}\s+\d+\s+\d+\s+\d+", out, re.M)
   tokens, usable, share = map(int, re.search(r"usable (\d+)\s+total (\d+) \((\d+)% of usable", out).group(2, 1, 3))

@@ -59,8 +59,8 @@ def test_trimmed_steps_are_counted_rendered_as_sent_and_not_reported_as_changed(
   # inspect: the conversation's dropped column counts the trimmed steps and their tokens.
   conv = next(row for row in layer_table(last) if row[0] == "conversation")
   history_cut = last["tail"]["history_len"] - last["tail"]["kept"]
-  assert conv[3] == history_cut + len(steps_dropped)
-  assert conv[4] >= sum(r["tokens"] for r in steps_dropped)
+  assert conv[4] == history_cut + len(steps_dropped)
+  assert conv[5] >= sum(r["tokens"] for r in steps_dropped)
   # The rendering (the cache-break analysis) is the request as sent: trimmed steps left out.
   # (A call and its result form one group, one segment: compared by the pages they carry.)
   for rb, req in zip(calls, model.received):

@@ -87,3 +87,32 @@ def test_a_stored_policy_no_version_accepted_is_one_line_naming_the_field():
     ri.decode(enc.section, enc.blobs)
   msg = str(err.value)
   assert len(msg.splitlines()) == 1 and msg.startswith("stored policy: quantum:") and "(got 0)" in msg
+
+
+def test_a_manifest_from_before_the_received_field_replays_identical():
+  """``layers.<name>.received`` was added to manifest@1 later (its ``budget`` already counted
+  those tokens): a stored manifest without it is compared on what it recorded, and a
+  recorded value that differs is still a difference."""
+  import copy
+
+  from aether_frame.audit.replay import compare
+  from aether_frame.core.compiler import compile_pack
+  from aether_frame.tokenizers import get_counter
+
+  history = [Item(id=f"h{i}", layer=Layer.CONVERSATION, role="user" if i % 2 == 0 else "model",
+                  parts=[{"text": f"turn {i} " + "words " * 20}]) for i in range(2)]
+  items = [Item(id="task:u", layer=Layer.TASK, kind="user_request", text="Summarise.")]
+  items += [Item(id=f"e{i}", layer=Layer.EVIDENCE, text=f"Evidence {i}: " + "vendor pricing detail. " * 10,
+                 provenance={"source": f"artifact://e{i}"}, score=1 - i / 100) for i in range(20)]
+  doc = compile_pack(CompileInput(policy=PackPolicy(), history=history, call=CallInputs(items=items, window=1000)),
+                     get_counter()).manifest
+  assert any(lay["received"] for lay in doc["layers"].values()), "the fixture must regrant: nothing was tested"
+  older = copy.deepcopy(doc)
+  for lay in older["layers"].values():
+    del lay["received"]
+  assert compare(older, doc) == ([], [], [])
+  other = copy.deepcopy(doc)
+  name = next(n for n, lay in other["layers"].items() if lay["received"])
+  other["layers"][name]["received"] += 1
+  diffs, layers, _ = compare(other, doc)
+  assert layers == [name] and "received" in diffs[0]

@@ -65,6 +65,19 @@ def test_replay_takes_location_at_version_like_inspect_and_diff(demo_session, ca
   assert "1 calls: 0 identical, 1 different" in capsys.readouterr().out
 
 
+def test_replay_quiet_leaves_identical_calls_out_of_json_too(demo_session, capsys):
+  """``-q --json`` printed every call: a script reading it for differences saw them all."""
+  session_dir, manifests, _ = demo_session
+  assert cli.main(["replay", "--json", str(session_dir)]) == 0
+  every = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert len(every) == len(manifests) and {r["status"] for r in every} == {"identical"}
+  assert cli.main(["replay", "--json", "-q", str(session_dir)]) == 0
+  assert capsys.readouterr().out == ""
+  assert cli.main(["replay", "--json", "-q", str(session_dir), "--policy-override", '{"memory_top_k": 0}']) == 1
+  quiet = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert quiet and {r["status"] for r in quiet} == {"different"}
+
+
 # ------------------------------------------- 2: --policy-override values
 @pytest.mark.parametrize("override, names", [
     ('{"memory_top_k": -1}', "memory_top_k"),

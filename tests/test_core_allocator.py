@@ -220,8 +220,8 @@ def test_compiled_layer_budgets_are_quanta_or_demand():
     assert lay["budget"] <= lay["requested"]
     assert lay["budget"] == lay["requested"] or lay["budget"] % 64 == 0, (name, lay)
   assert layers["slack"]["budget"] == 600
-  total_budget = sum(layers[n]["budget"] for n in ("system", "task", "tools", "evidence", "memory", "conversation"))
-  assert total_budget + pack.manifest["totals"]["unallocated"] == pack.manifest["usable"]
+  shares = sum(layers[n]["budget"] - layers[n]["received"] for n in ("system", "task", "tools", "evidence", "memory", "conversation"))
+  assert shares + pack.manifest["totals"]["unallocated"] == pack.manifest["usable"]
   assert pack.manifest["totals"]["tokens"] <= pack.manifest["usable"]
 
 

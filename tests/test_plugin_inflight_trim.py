@@ -138,16 +138,32 @@ def test_a_cold_worker_keeps_the_in_flight_cut_a_warm_one_made():
   assert len(warm) == 41 and warm == cold
 
 
+def _paging_reply(pages: int):
+  """A model that asks for the page after the one it was just given, up to ``pages``."""
+  def reply(req):
+    last = next((p.function_response for p in req.contents[-1].parts or () if p.function_response), None)
+    n = 0 if last is None else last.response["page"] + 1
+    return tool_call("fetch_page", {"page": n}, f"c{n}") if n < pages else "All pages read."
+  return reply
+
+
+def _parallel_readers(model: OfflineLlm, fetch_page) -> tuple:
+  """A workflow that runs one agent as two ``parallel_worker`` lanes, and its plugin."""
+  from google.adk.workflow import START, Workflow
+
+  worker = LlmAgent(name="worker", model=model, instruction="Read the item.", tools=[fetch_page], parallel_worker=True)
+  plugin = ContextPackPlugin(window=WINDOW)
+
+  def split(node_input: str) -> list:
+    return ["one", "two"]
+
+  return make_runner(Workflow(name="wf", edges=[(START, split, worker)]), [plugin]), plugin
+
+
 def test_parallel_runs_of_one_agent_cut_their_own_steps():
   """Two ``parallel_worker`` runs of one agent in one invocation: the run with short pages
   fits and must send every step, whatever the run with long pages had to trim."""
   from google.adk.tools import ToolContext
-  from google.adk.workflow import START, Workflow
-
-  def reply(req):
-    last = next((p.function_response for p in req.contents[-1].parts or () if p.function_response), None)
-    n = 0 if last is None else last.response["page"] + 1
-    return tool_call("fetch_page", {"page": n}, f"c{n}") if n < 40 else "All pages read."
 
   def fetch_page(page: int, tool_context: ToolContext) -> dict:
     """Returns one page of the item."""
@@ -155,13 +171,7 @@ def test_parallel_runs_of_one_agent_cut_their_own_steps():
     return {"page": page, "text": f"Page {page}: " + "quarterly figures and their notes. " * (30 if long else 2)}
 
   async def go():
-    worker = LlmAgent(name="worker", model=OfflineLlm(default=reply), instruction="Read the item.", tools=[fetch_page],
-                      parallel_worker=True)
-    plugin = ContextPackPlugin(window=WINDOW)
-    def split(node_input: str) -> list:
-      return ["long", "short"]
-
-    runner = make_runner(Workflow(name="wf", edges=[(START, split, worker)]), [plugin])
+    runner, plugin = _parallel_readers(OfflineLlm(default=_paging_reply(40)), fetch_page)
     s = await new_session(runner)
     await say(runner, s.id, "Read the items.")
     assert plugin.faults == 0
@@ -185,9 +195,9 @@ def test_a_blocked_call_takes_its_in_flight_cut_back():
   saw that cut, so the state must not keep it for the next call."""
   from google.adk.models.llm_response import LlmResponse
 
-  from aether_frame.adk.state_schema import STEPS_KEY_PREFIX
+  from aether_frame.adk.state_schema import steps_key
 
-  key = STEPS_KEY_PREFIX + "reader"
+  key = steps_key("reader")
   seen: list = []
 
   class Spy(BasePlugin):
@@ -214,3 +224,129 @@ def test_a_blocked_call_takes_its_in_flight_cut_back():
   first_cut = next(i for i, v in enumerate(free) if v is not None) - 1  # the call that first wrote a cut
   taken = asyncio.run(go(first_cut))
   assert taken[first_cut + 1] is None, "the blocked call's cut stayed in state"
+
+
+def test_an_invocation_resumed_by_its_first_worker_keeps_the_cut_another_moved():
+  """One invocation pauses on a long-running checkpoint at calls 20 and 28. Worker B
+  resumes the middle segment and trims finished steps further; worker A resumes the
+  last. A's cache still held its own older cut for that invocation and preferred it to
+  the state's, re-trimming from it: every call must be what one worker sends."""
+  from google.adk.artifacts import InMemoryArtifactService
+  from google.adk.platform import time as platform_time
+  from google.adk.platform import uuid as platform_uuid
+  from google.adk.sessions import InMemorySessionService
+  from google.adk.tools.long_running_tool import LongRunningFunctionTool
+
+  from tests.adk_support import APP, USER
+  from tests.test_adk_session_services import _pin_clock
+  from tests.test_adk_workflow import _answer, _resumable_runner, _run, _text
+
+  def paused_reader():
+    counter = itertools.count()
+
+    def reply(req):
+      n = next(counter)
+      if n in (20, 28):
+        return tool_call("checkpoint", {"at": n}, f"c{n}")
+      return tool_call("fetch_page", {"page": n}, f"c{n}") if n < 40 else "All pages read."
+
+    def fetch_page(page: int) -> dict:
+      """Returns one page of the report."""
+      return {"page": page, "text": f"Page {page}: " + "quarterly figures and their notes. " * 60}
+
+    def checkpoint(at: int) -> dict:
+      """Waits for a human checkpoint."""
+      return None
+
+    model = OfflineLlm(default=reply)
+    return LlmAgent(name="reader", model=model, instruction="Read the report.",
+                    tools=[fetch_page, LongRunningFunctionTool(checkpoint)]), model
+
+  async def go(workers: list[int]) -> list[list[dict]]:
+    """Segment ``s`` of the invocation is served by worker ``workers[s]`` (its own
+    plugin and Runner; one session and artifact service, as two processes share)."""
+    agent, model = paused_reader()
+    sessions, artifacts = InMemorySessionService(), InMemoryArtifactService()
+    runners: dict = {}
+
+    def runner_for(w: int):
+      if w not in runners:
+        runners[w] = _resumable_runner(agent, [ContextPackPlugin(window=WINDOW)], sessions, artifacts)
+      return runners[w]
+
+    try:
+      _pin_clock(0)
+      await sessions.create_session(app_name=APP, user_id=USER, session_id="s")
+      invocation = (await _run(runner_for(workers[0]), "s", _text("Read the whole report.")))[0].invocation_id
+      for segment, at in enumerate((20, 28), start=1):
+        _pin_clock(segment)
+        await _run(runner_for(workers[segment]), "s", _answer("checkpoint", f"c{at}", {"ok": True}), invocation)
+    finally:
+      platform_time.reset_time_provider()
+      platform_uuid.reset_id_provider()
+    return [[c.model_dump(mode="json", exclude_none=True) for c in r.contents] for r in model.received]
+
+  single, shared = asyncio.run(go([0, 0, 0])), asyncio.run(go([0, 1, 0]))
+  assert len(single) == len(shared) == 41
+  responses = [sum(1 for c in req for p in c["parts"] if "function_response" in p) for req in single]
+  assert min(responses[21:]) < max(responses[21:]), "no step was trimmed after the first pause: nothing was tested"
+  for n, (one, two) in enumerate(zip(single, shared)):
+    assert two == one, f"call {n}"
+
+
+def test_a_lane_sends_the_same_steps_however_another_lanes_calls_interleave():
+  """Two ``parallel_worker`` lanes both trim their steps. A lane's state writes land when its
+  model answers; kept under one key per agent, lane 1's slow answer wrote back lane 2's
+  older cut, and lane 2 re-trimmed from it. Each lane's requests must not depend on how
+  long the other lane's model takes."""
+  from google.adk.tools import ToolContext
+
+  from aether_frame.adk.state_schema import steps_key
+
+  def fetch_page(page: int, tool_context: ToolContext) -> dict:
+    """Returns one page of the item."""
+    return {"page": page, "lane": str(tool_context._invocation_context.branch)[-1],
+            "text": f"Page {page}: " + "quarterly figures and their notes. " * 30}
+
+  class Stalling(OfflineLlm):
+    """Lane 1's answer to page 40 waits until lane 2 has read page 80."""
+    async def generate_content_async(self, llm_request, stream=False):
+      last = next((p.function_response for p in llm_request.contents[-1].parts or () if p.function_response), None)
+      if stall and last is not None:
+        if last.response["lane"] == "2" and last.response["page"] == 80:
+          lane_2_ahead.set()
+        if last.response["lane"] == "1" and last.response["page"] == 40:
+          await asyncio.wait_for(lane_2_ahead.wait(), timeout=60)
+      async for r in super().generate_content_async(llm_request, stream):
+        yield r
+
+  async def go():
+    model = Stalling(default=_paging_reply(90))
+    runner, plugin = _parallel_readers(model, fetch_page)
+    s = await new_session(runner)
+    await say(runner, s.id, "Read the items.")
+    assert plugin.faults == 0
+    by_lane: dict = {}
+    for req in model.received:
+      pages = [p.function_response.response for c in req.contents for p in c.parts or () if p.function_response]
+      if pages:
+        by_lane.setdefault(pages[-1]["lane"], []).append([c.model_dump(mode="json", exclude_none=True) for c in req.contents])
+    state = (await runner.session_service.get_session(app_name=s.app_name, user_id=s.user_id, session_id=s.id)).state
+    return by_lane, sorted(k for k in state if k.startswith(steps_key("worker")))
+
+  stall, lane_2_ahead = False, None
+  free, free_keys = asyncio.run(go())
+  stall = True
+
+  async def stalled():
+    nonlocal lane_2_ahead
+    lane_2_ahead = asyncio.Event()
+    return await go()
+  stalled_run, keys = asyncio.run(stalled())
+  assert sorted(free) == ["1", "2"] and all(len(v) == 90 for v in free.values())
+  steps = [sum(1 for c in req for p in c["parts"] if "function_response" in p) for req in free["2"]]
+  assert max(steps[80:]) < 80, "lane 2 must trim its steps after page 80: nothing was tested"
+  for lane in ("1", "2"):
+    for n, (one, two) in enumerate(zip(free[lane], stalled_run[lane], strict=True)):
+      assert two == one, f"lane {lane}, call {n}"
+  assert len(keys) == len(free_keys) == 2, keys  # one in-flight cut per lane

@@ -60,7 +60,7 @@ from . import artifact_listing, preload_memory, sources
 from .guard import check_request, count_request, pending_calls
 from .manifest_store import ManifestWriter
 from .state_schema import (
-    CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, STEPS_KEY_PREFIX, KnowledgeItem, PlanState, StateKeys, tail_key,
+    CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, KnowledgeItem, PlanState, StateKeys, steps_key, tail_key,
     read_state, unread_keys,
 )
 from .tool_scope import is_protected, scope_tools, skill_provided_names
@@ -153,12 +153,11 @@ class _Undo:
 
   ``calls`` is the invocation's model-call counter and its count at compile
   time: ADK counts a call only once every before-model callback let it through.
-  ``lane`` is the compiler key, the scope of the tail hint; ``tail_key`` its state key.
+  ``tail_hint`` and ``steps_hint`` are the cuts the compile started from: the cache
+  goes back to them, so it agrees again with the state the take-back restores.
   """
 
   calls: tuple[Any, int]
-  lane: tuple
-  tail_key: str
   tail_hint: Optional[str]
   steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
   prior: dict[str, Any] = field(default_factory=dict)
@@ -184,6 +183,7 @@ class _SessionCache:
   watched: list[int] = field(default_factory=list)
   """History positions ADK may rewrite in place on a later call (see ``_carries_skill_body``)."""
   tail_hint: Optional[str] = None
+  """The tail cut this cache last wrote to its lane's state key (see ``ContextPackPlugin._tail_hint``)."""
   steps_hint: tuple[Optional[str], Optional[str]] = (None, None)
   """(invocation id, newest finished step dropped): the in-flight cut's hysteresis."""
   artifact_names: list[str] = field(default_factory=list)
@@ -320,8 +320,6 @@ class ContextPackPlugin(BasePlugin):
     """Guards ``_busy``, ``_owned``, ``_sessions`` and the small tables against other threads' loops
     (never held across an await, never taken twice)."""
     self._logged: OrderedDict[str, None] = OrderedDict()
-    self._tail_written: OrderedDict[tuple, Optional[str]] = OrderedDict()
-    """Compiler key (a lane) -> the tail hint this process last wrote to state."""
     self._fault_injector = _fault_injector
     self._listings: OrderedDict[tuple, Optional[artifact_listing.ListingEdit]] = OrderedDict()
     self._allowed = _ByInvocation()
@@ -485,12 +483,7 @@ class ContextPackPlugin(BasePlugin):
     if cache is not None:  # (a cache evicted since has no hint to restore)
       cache.tail_hint = undo.tail_hint
       cache.steps_hint = undo.steps_hint
-    old_tail = undo.prior.get(undo.tail_key, _MISSING)
     with self._guard:
-      if old_tail is _MISSING:
-        self._tail_written.pop(undo.lane, None)
-      else:
-        self._tail_written[undo.lane] = old_tail
       self._calls.pop(id(sent.actions), None)
 
   # ------------------------------------------------------------------ compile
@@ -572,20 +565,21 @@ class ContextPackPlugin(BasePlugin):
       state[CALIBRATION_KEY] = stored
     return cal
 
-  def _tail_hint(self, cache: _SessionCache, lane: tuple, stored: Any) -> Optional[str]:
+  def _tail_hint(self, cache: _SessionCache, stored: Any) -> Optional[str]:
     """The cut the tail keeps: this lane's own, unless another worker moved it since.
 
     The state holds the last cut any worker wrote for the agent's lane (each
-    workflow lane has a key of its own, see ``state_schema.tail_key``). When
-    it no longer holds what this process last wrote there, another worker
-    served the lane meanwhile, and its cut is the one a single worker would
-    keep; a warm cache's older cut would re-trim turns that worker kept.
-    Anyone can write state: a hint that is not a string is ignored.
+    workflow lane has a key of its own, see ``state_schema.tail_key``, one per
+    compiler key). When it no longer holds the cut this warm cache last wrote
+    there, another worker served the lane meanwhile, and its cut is the one a
+    single worker would keep; the cache's older cut would re-trim turns that
+    worker kept. The record lives on the cache, so it goes only with the cache
+    (a separate, capped table once forgot it and took another worker's cut for
+    its own). A stored None is a cut too (that worker's tail started after
+    the last turn: no hint); a missing key or a value that is not a string
+    (anyone can write state) is ignored.
     """
-    stored = stored if isinstance(stored, str) else None
-    if cache.tail_hint is None:
-      return stored
-    if stored is not None and self._tail_written.get(lane, stored) != stored:
+    if (stored is None or isinstance(stored, str)) and stored != cache.tail_hint:
       return stored
     return cache.tail_hint
 
@@ -891,10 +885,10 @@ class ContextPackPlugin(BasePlugin):
     scale = max(calibration.scale(m, policy.calibration_margin) for m in [model, *backups])
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     lane = self._key(ctx)
-    steps_key, steps_lane = STEPS_KEY_PREFIX + agent, _lane_label(lane)
-    lane_tail_key = tail_key(agent, steps_lane)
-    hint = self._tail_hint(cache, lane, state.get(lane_tail_key))
-    steps_hint = _steps_hint(cache.steps_hint, state.get(steps_key), ctx.invocation_id, steps_lane)
+    steps_lane = _lane_label(lane)
+    lane_tail_key, lane_steps_key = tail_key(agent, steps_lane), steps_key(agent, steps_lane)
+    hint = self._tail_hint(cache, state.get(lane_tail_key, _MISSING))
+    steps_hint = _steps_hint(cache.steps_hint, state.get(lane_steps_key), ctx.invocation_id)
     call = CallInputs(
         items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
         token_scale=round(scale, 6), now=_event_now(ctx), has_plan=plan is not None,
@@ -950,15 +944,16 @@ class ContextPackPlugin(BasePlugin):
     self._note_allowed(ctx, scoped)
     calls = _llm_calls(ctx)
     undo = None if calls is None else _Undo(
-        calls, lane, lane_tail_key, cache.tail_hint,
-        prior={k: state.get(k, _MISSING) for k in (lane_tail_key, LAST_PACK_KEY, steps_key)}, steps_hint=cache.steps_hint)
+        calls, hint,
+        prior={k: state.get(k, _MISSING) for k in (lane_tail_key, LAST_PACK_KEY, lane_steps_key)},
+        steps_hint=(ctx.invocation_id, steps_hint))
     cache.tail_hint = pack.tail_start_id
     cache.steps_hint = (ctx.invocation_id, pack.inflight_hint)
-    steps = _with_steps_hint(state.get(steps_key), ctx.invocation_id, steps_lane, pack.inflight_hint)
+    steps = _with_steps_hint(state.get(lane_steps_key), ctx.invocation_id, pack.inflight_hint)
     if steps is not None:  # the invocation's steps were trimmed: every worker keeps the cut
-      state[steps_key] = steps
+      state[lane_steps_key] = steps
       if undo is not None:
-        undo.written[steps_key] = steps
+        undo.written[lane_steps_key] = steps
     payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
     _hold_cache_creation(llm_request, payload_at)
     before = getattr(llm_request, "cache_metadata", None)
@@ -966,11 +961,6 @@ class ContextPackPlugin(BasePlugin):
                          cache_before=before.model_copy() if before is not None else None,
                          limit=pack.manifest["window"] - pack.manifest["reserve"]))
     state[lane_tail_key] = pack.tail_start_id
-    with self._guard:
-      self._tail_written[lane] = pack.tail_start_id
-      self._tail_written.move_to_end(lane)
-      while len(self._tail_written) > _MAX_SESSIONS:
-        self._tail_written.popitem(last=False)
     if not pack.valid:
       self._log_once("invalid:" + _shape(";".join(pack.problems)), logging.WARNING,
                      "context pack for agent %s is invalid: %s", agent, pack.problems)
@@ -1267,33 +1257,27 @@ def _lane_label(key: tuple) -> str:
   return f"{key[4] or ''}|{key[5] or ''}"
 
 
-def _steps_hint(cached: tuple[Optional[str], Optional[str]], stored: Any, invocation_id: str, lane: str) -> Optional[str]:
-  """This invocation's in-flight cut for ``lane``: this process's, else the one in state
-  (another worker's, or this one's before its cache was evicted). Anyone can write
-  state: a value that does not read is ignored, and the compiler ignores an id that
-  is not among the call's steps."""
-  if cached[0] == invocation_id and cached[1] is not None:
-    return cached[1]
-  if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id:
-    cuts = stored.get("cuts")
-    value = cuts.get(lane) if isinstance(cuts, Mapping) else None
-    if isinstance(value, str):
-      return value
-  return None
+def _steps_hint(cached: tuple[Optional[str], Optional[str]], stored: Any, invocation_id: str) -> Optional[str]:
+  """This invocation's in-flight cut for the lane whose state value is ``stored``: that
+  one when it differs from the cut this cache last made (another worker resumed the
+  invocation and moved it, or this one's cache was evicted), else this cache's. Anyone
+  can write state: a value that does not read is ignored, and the compiler ignores an
+  id that is not among the call's steps."""
+  mine = cached[1] if cached[0] == invocation_id else None
+  value = stored.get("cut") if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id else None
+  if isinstance(value, str) and value != mine:
+    return value
+  return mine
 
 
-def _with_steps_hint(stored: Any, invocation_id: str, lane: str, hint: Optional[str]) -> Optional[dict[str, Any]]:
-  """The state value recording ``hint`` for ``lane`` (None: nothing to write). One key per
-  agent; a new invocation replaces the last one's cuts."""
+def _with_steps_hint(stored: Any, invocation_id: str, hint: Optional[str]) -> Optional[dict[str, Any]]:
+  """The lane's state value recording ``hint`` (None: nothing to write); a new invocation
+  replaces the last one's cut."""
   if hint is None:
     return None
-  cuts = {}
-  if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id and isinstance(stored.get("cuts"), Mapping):
-    cuts = dict(stored["cuts"])
-  if cuts.get(lane) == hint:
+  if isinstance(stored, Mapping) and stored.get("invocation") == invocation_id and stored.get("cut") == hint:
     return None
-  cuts[lane] = hint
-  return {"invocation": invocation_id, "cuts": cuts}
+  return {"invocation": invocation_id, "cut": hint}
 
 
 def _payloads(content: types.Content) -> tuple:

@@ -25,13 +25,20 @@ worker keeps that cut. A workflow lane of the agent (its own branch or node path
 own, + agent + "|<branch>|<node path>" (``tail_key``): lanes see different histories, and a
 worker reading a sibling lane's cut trimmed turns the lane's own cut kept."""
 STEPS_KEY_PREFIX = "aether_frame:steps:"
-"""+ agent: {"invocation": id, "cuts": {"<branch>|<node path>": newest finished step dropped}}, written
+"""+ agent (see ``steps_key``): {"invocation": id, "cut": newest finished step dropped}, written
 only once an invocation's own steps were trimmed, so any worker keeps that cut."""
 
 
 def tail_key(agent: str, lane: str = "|") -> str:
   """The state key of ``agent``'s tail cut in ``lane`` ("<branch>|<node path>"; "|": none)."""
   return TAIL_KEY_PREFIX + agent if lane == "|" else f"{TAIL_KEY_PREFIX}{agent}|{lane}"
+
+
+def steps_key(agent: str, lane: str = "|") -> str:
+  """The state key of ``agent``'s in-flight cut in ``lane``. One key per lane, as for the tail:
+  a lane's state delta lands when its model answers, and a shared value written whole by a
+  slow lane put back another lane's older cut."""
+  return STEPS_KEY_PREFIX + agent if lane == "|" else f"{STEPS_KEY_PREFIX}{agent}|{lane}"
 
 
 _OWN_KEYS = (LAST_PACK_KEY, LAST_FAULT_KEY, CALIBRATION_KEY)

@@ -34,7 +34,8 @@ def add_subcommands(subparsers) -> None:
   p.add_argument("--policy-override", metavar="JSON", help='PackPolicy fields to change before rebuilding, e.g. \'{"memory_top_k": 2}\' or @file.json')
   p.add_argument("--blobs", metavar="LOCATION", help="where the input blobs are, for a lone manifest file (gs://BUCKET/APP/USER or a folder)")
   p.add_argument("--json", action="store_true", help="one JSON object per call")
-  p.add_argument("-q", "--quiet", action="store_true", help="print only calls that differ, and the summary")
+  p.add_argument("-q", "--quiet", action="store_true",
+                 help="print only calls that differ or fail (and, without --json, the summary)")
   p.set_defaults(func=_replay)
 
   p = subparsers.add_parser("diff", help="what changed between two calls: items and tokens per layer, and where the prompt cache breaks")
@@ -239,12 +240,13 @@ async def _replay_async(args) -> int:
   await _check_override(source, override, call)
 
   def show(rep) -> None:
+    if rep.status == "identical" and args.quiet:
+      return
     if args.json:
       print(json.dumps(rep.as_dict(), ensure_ascii=False))
       return
     if rep.status == "identical":
-      if not args.quiet:
-        print(f"identical  {rep.label}")
+      print(f"identical  {rep.label}")
       return
     if rep.status in ("refused", "error"):
       print(f"{rep.status.upper():<10} {rep.label}: {rep.error}")
@@ -430,8 +432,9 @@ def _inspect(args) -> int:
   return _run(_inspect_async(args))
 
 
-def layer_table(doc: dict[str, Any]) -> list[tuple[str, int, int, int, int]]:
-  """(layer, budget, used, dropped items, dropped tokens) per layer."""
+def layer_table(doc: dict[str, Any]) -> list[tuple[str, int, int, int, int, int]]:
+  """(layer, budget share, tokens received from other layers' unused budget, used, dropped
+  items, dropped tokens) per layer; the shares and ``unallocated`` add up to ``usable``."""
   from .replay import LAYERS
   dropped: dict[str, list[int]] = {}
   for r in doc.get("items", []):
@@ -452,7 +455,8 @@ def layer_table(doc: dict[str, Any]) -> list[tuple[str, int, int, int, int]]:
     if lay is None:
       continue
     n, t = dropped.get(name, [0, 0])
-    rows.append((name, lay.get("budget", 0), lay.get("used", 0), n, t))
+    extra = lay.get("received", 0)  # (absent from older manifests)
+    rows.append((name, lay.get("budget", 0) - extra, extra, lay.get("used", 0), n, t))
   return rows
 
 
@@ -472,9 +476,10 @@ async def _inspect_async(args) -> int:
   print(f"window {doc.get('window')}  reserve {doc.get('reserve')}  usable {usable}  "
         f"total {tokens} ({share}; BUDGET line said {totals.get('pct_used')}%)  valid {doc.get('valid')}")
   print()
-  print(f"{'layer':<14}{'budget':>8}{'used':>8}{'dropped':>9}{'tokens':>8}")
-  for name, budget, used, n, t in layer_table(doc):
-    print(f"{name:<14}{budget:>8}{used:>8}{n:>9}{t:>8}")
+  print(f"{'layer':<14}{'budget':>8}{'+unused':>8}{'used':>8}{'dropped':>9}{'tokens':>8}")
+  for name, budget, extra, used, n, t in layer_table(doc):
+    print(f"{name:<14}{budget:>8}{extra or '':>8}{used:>8}{n:>9}{t:>8}")
+  print(f"{'unallocated':<14}{totals.get('unallocated', 0):>8}")
   events = doc.get("truncation_events") or []
   if events:
     print()

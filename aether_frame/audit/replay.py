@@ -156,9 +156,30 @@ def _fmt(v: Any) -> str:
   return canonical_json(v) if isinstance(v, (dict, list)) else str(v)
 
 
+_ADDED_LAYER_FIELDS = ("received",)
+"""Layer fields added to manifest@1 since its first release (``received``: the budget a layer
+took from others' unused tokens, which its ``budget`` already counted)."""
+
+
+def _as_recorded(stored: dict[str, Any], rebuilt: dict[str, Any]) -> dict[str, Any]:
+  """``rebuilt`` without the added layer fields a stored manifest predates: an older
+  manifest is compared on what it recorded, not reported different for a new field."""
+  s_layers, r_layers = stored.get("layers"), rebuilt.get("layers")
+  if not isinstance(s_layers, dict) or not isinstance(r_layers, dict):
+    return rebuilt
+  layers = {}
+  for name, lay in r_layers.items():
+    old = s_layers.get(name)
+    if isinstance(old, dict) and isinstance(lay, dict):
+      lay = {k: v for k, v in lay.items() if k in old or k not in _ADDED_LAYER_FIELDS}
+    layers[name] = lay
+  return {**rebuilt, "layers": layers}
+
+
 def compare(stored: dict[str, Any], rebuilt: dict[str, Any], *, stored_policy: Optional[dict] = None,
             rebuilt_policy: Optional[dict] = None) -> tuple[list[str], list[str], list[str]]:
   """(differences, layers that differ, likely causes); empty when byte-identical."""
+  rebuilt = _as_recorded(stored, rebuilt)
   if canonical_json(stored) == canonical_json(rebuilt):
     return [], [], []
   diffs: list[str] = []

@@ -46,6 +46,9 @@ class Allocation:
   pool: int
   unallocated: int = 0
   notes: list[str] = field(default_factory=list)
+  received: dict[str, int] = field(default_factory=dict)
+  """Tokens other layers left unused that a payload layer's budget took on top of its share:
+  the budgets then add up to more than ``usable``, the shares (budget - received) do not."""
 
 
 def reserve_for(policy: PackPolicy, window: int, max_output_tokens: int | None) -> int:

@@ -544,6 +544,7 @@ class CompilerSession:
       received["memory"], spare = spare - left, left
     for name, extra in received.items():
       alloc.budgets[name] += extra
+      alloc.received[name] = extra
       alloc.notes.append(f"{name} received {extra} unused tokens from other layers") if extra else None
     events.extend(tail_events)
 
@@ -1091,9 +1092,11 @@ class CompilerSession:
           "weight": round(alloc.weights.get(name, 0.0), 6),
           "budget": alloc.budgets[name],
           "requested": alloc.requested[name],
+          "received": alloc.received.get(name, 0),
           "used": totals[name],
       }
-    layers["slack"] = {"floor": alloc.floors["slack"], "weight": 0.0, "budget": alloc.reserve, "requested": alloc.reserve, "used": 0}
+    layers["slack"] = {"floor": alloc.floors["slack"], "weight": 0.0, "budget": alloc.reserve, "requested": alloc.reserve,
+                       "received": 0, "used": 0}
     kept_ids = {i.id for i in evidence_sel.kept} | {i.id for i in memory_sel.kept}
     compressed = {i.id: i for i in evidence_sel.kept + memory_sel.kept if "compressed_from" in i.meta}
     rows = []

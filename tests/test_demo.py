@@ -84,3 +84,9 @@ def test_demo_table_adds_up_and_names_manifest_versions(tmp_path, capsys, window
     assert cells["evidence"][1] + cells["memory"][1] > 0
     usable = int(re.search(r"/(\d+) usable", printed.rsplit(f"(v{v})", 1)[1]).group(1))
     assert sum(cells[k][0] for k in layers) + cells["unallocated"][0] == usable
+    # diff shows that budget the same way, as share+received.
+    assert cli.main(["diff", f"{session}@{v}", f"{session}@{v}"]) in (0, 1)
+    shown = capsys.readouterr().out
+    name = "evidence" if cells["evidence"][1] else "memory"
+    row = next(line for line in shown.splitlines() if line.startswith(name))
+    assert row.split()[4] == f"{cells[name][0]}+{cells[name][1]}", row

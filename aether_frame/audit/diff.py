@@ -36,6 +36,9 @@ class LayerDiff:
   used_b: int = 0
   budget_a: int = 0
   budget_b: int = 0
+  """The manifest's ``budget``: the layer's share plus what it ``received`` from unused budget."""
+  received_a: int = 0
+  received_b: int = 0
 
   @property
   def delta(self) -> int:
@@ -43,7 +46,8 @@ class LayerDiff:
 
   @property
   def changed(self) -> bool:
-    return bool(self.added or self.removed or self.modified or self.delta or self.budget_a != self.budget_b)
+    return bool(self.added or self.removed or self.modified or self.delta or self.budget_a != self.budget_b
+                or self.received_a != self.received_b)
 
 
 @dataclass
@@ -152,6 +156,7 @@ def context_diff(a: Rebuilt, b: Rebuilt) -> DiffReport:
     ld = LayerDiff(
         s, used_a=la.get(s, {}).get("used", 0), used_b=lb.get(s, {}).get("used", 0),
         budget_a=la.get(s, {}).get("budget", 0), budget_b=lb.get(s, {}).get("budget", 0),
+        received_a=la.get(s, {}).get("received", 0), received_b=lb.get(s, {}).get("received", 0),
     )
     ld.added = [ItemRef(i, ib[i][1]) for i in ib if i not in ia]
     ld.removed = [ItemRef(i, ia[i][1]) for i in ia if i not in ib]
@@ -180,9 +185,14 @@ def context_diff(a: Rebuilt, b: Rebuilt) -> DiffReport:
 def format_diff(d: DiffReport, *, max_items: int = 12) -> str:
   lines = [f"A: {d.a}", f"B: {d.b}", ""]
   lines.append(f"{'layer':<13}{'used A':>8}{'used B':>8}{'delta':>8}{'budget A':>10}{'budget B':>10}  items +/-/~")
+  def budget(total: int, received: int) -> str:
+    """As inspect shows it: the share, plus what the layer took from unused budget."""
+    return f"{total - received}+{received}" if received else str(total)
+
   for ld in d.layers:
     lines.append(
-        f"{ld.layer:<13}{ld.used_a:>8}{ld.used_b:>8}{ld.delta:>+8}{ld.budget_a:>10}{ld.budget_b:>10}"
+        f"{ld.layer:<13}{ld.used_a:>8}{ld.used_b:>8}{ld.delta:>+8}"
+        f"{budget(ld.budget_a, ld.received_a):>10}{budget(ld.budget_b, ld.received_b):>10}"
         f"  +{len(ld.added)} -{len(ld.removed)} ~{len(ld.modified)}"
     )
   lines.append(f"{'total':<13}{d.tokens_a:>8}{d.tokens_b:>8}{d.tokens_b - d.tokens_a:>+8}")

@@ -101,12 +101,14 @@ def _bar(row: CallRow) -> str:
   for name in BAR_ORDER:
     used = int(layers.get(name, {}).get("used", 0))
     budget = int(layers.get(name, {}).get("budget", 0))
+    received = int(layers.get(name, {}).get("received", 0))
     if used <= 0:
       continue
     pct = 100.0 * used / window
+    of = f"{budget - received} budget + {received} unused by other layers" if received else f"{budget} budget"
     segs.append(
         f'<div class="seg" style="width:{pct:.3f}%;background:{COLORS[name]}" '
-        f'title="{_e(name)}: {used} used of {budget} budget"></div>'
+        f'title="{_e(name)}: {used} used of {of}"></div>'
     )
   reserve = int(body.get("reserve") or 0)
   total = int((body.get("totals") or {}).get("tokens", 0))

@@ -29,6 +29,11 @@ from aether_frame.core.windows import ModelWindows
     ({"artifact_list_timeout": "2"}, ValueError, "artifact_list_timeout must be a positive number"),
     ({"artifact_list_timeout": None}, ValueError, "artifact_list_timeout must be a positive number"),
     ({"artifact_list_timeout": 0}, ValueError, "artifact_list_timeout must be a positive number"),
+    ({"ranker": object()}, TypeError, "ranker must be a Ranker with a rank"),
+    ({"history_index_factory": 5}, TypeError, "history_index_factory must be a callable"),
+    ({"working_memory": object()}, TypeError, "working_memory must have an async list_notes"),
+    ({"name": None}, ValueError, "name must be a non-empty string"),
+    ({"name": "  "}, ValueError, "name must be a non-empty string"),
 ])
 def test_plugin_arguments(kwargs, error, needle):
   with pytest.raises(error, match=needle):

@@ -153,3 +153,69 @@ def test_a_call_that_is_not_packed_leaves_no_earlier_mask_in_force():
   asyncio.run(go())
   assert plugin.faults >= 1  # the exhausted budget, recorded
   assert ran == ["lookup", "delete_all"]  # the step in force when it was called allows it
+
+
+def test_mask_lets_adks_model_error_recovery_run():
+  """ADK's ReflectAndRetryModelPlugin answers a model error with a call to ``adk_handle_model_error``,
+  a tool it puts in ``tools_dict`` but never declares: no mask lists it, and mask mode refused it, so
+  model-error recovery stopped working. A masked, declared tool is still refused on the same run."""
+  from google.adk.models.llm_response import LlmResponse
+  from google.adk.plugins import ReflectAndRetryModelPlugin
+  from google.genai import types
+
+  class ErrorsFirst(OfflineLlm):
+    async def generate_content_async(self, llm_request, stream=False):
+      if not self.received:
+        self.received.append(llm_request.model_copy(deep=True))
+        yield LlmResponse(error_code="MALFORMED_FUNCTION_CALL", error_message="bad call",
+                          finish_reason=types.FinishReason.MALFORMED_FUNCTION_CALL)
+        return
+      async for r in super().generate_content_async(llm_request, stream):
+        yield r
+
+  for mode in ("off", "mask"):
+    ran: list[str] = []
+    llm = ErrorsFirst(model="gpt-4o", script=[tool_call("delete_all", {"x": "1"}, "c1"), "done"])
+    agent = LlmAgent(name="worker", model=llm, instruction="Work.", tools=step_tools(ran))
+    plugin = ContextPackPlugin(policy=PackPolicy(tool_scoping=mode))
+
+    async def go():
+      runner = make_runner(agent, [ReflectAndRetryModelPlugin(), plugin])
+      s = await new_session(runner, state={"tools": ["lookup"]})
+      return await say(runner, s.id, "tidy up")
+    events = asyncio.run(go())
+    answers = {p.function_response.name: p.function_response.response
+               for e in events for p in (e.content.parts if e.content else ()) if p.function_response}
+    assert "reflection_guidance" in answers["adk_handle_model_error"], (mode, answers)
+    assert plugin.faults == 0
+    if mode == "mask":
+      assert ran == [] and "not available in this step" in answers["delete_all"]["error"]
+    else:
+      assert ran == ["delete_all"]
+
+
+def test_force_escalation_listed_after_the_pack_is_warned_about(caplog):
+  """ADK's ForceEscalationPlugin forces its consult tool through ``tool_config``. Listed after the
+  plugin, it edits the request after the pack (and past a mask that leaves the tool out): the plugin
+  warns, naming it, as for ADK's other request-editing plugins; listed before, no warning."""
+  import logging
+
+  from google.adk.plugins import ForceEscalationPlugin
+
+  def warned(order):
+    ran: list[str] = []
+    llm = OfflineLlm(model="gpt-4o", script=["done"])
+    agent = LlmAgent(name="worker", model=llm, instruction="Work.", tools=step_tools(ran))
+    pack, force = ContextPackPlugin(policy=PackPolicy(tool_scoping="mask")), ForceEscalationPlugin(force_first_consult=False)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="aether_frame"):
+      async def go():
+        runner = make_runner(agent, [pack, force] if order == "after" else [force, pack])
+        s = await new_session(runner, state={"tools": ["lookup"]})
+        await say(runner, s.id, "tidy up")
+      asyncio.run(go())
+    return [r.getMessage() for r in caplog.records if "runs after ContextPackPlugin" in r.getMessage()]
+
+  after = warned("after")
+  assert len(after) == 1 and "model_consult_force_escalation" in after[0]
+  assert warned("before") == []

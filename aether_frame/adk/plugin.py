@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import math
 import re
@@ -256,6 +257,8 @@ class ContextPackPlugin(BasePlugin):
       name: str = "aether_frame_context_pack",
       _fault_injector: Optional[Callable[[], None]] = None,
   ):
+    if not isinstance(name, str) or not name.strip():
+      raise ValueError(f"name must be a non-empty string (ADK tells plugins apart by it), got {name!r}")
     super().__init__(name)
     if policy is not None and not isinstance(policy, PackPolicy):
       raise TypeError(f"policy must be a PackPolicy, got {type(policy).__name__}")
@@ -270,6 +273,15 @@ class ContextPackPlugin(BasePlugin):
     if counter is not None and missing:
       raise TypeError(f"counter must be a TokenCounter (see aether_frame.tokenizers.get_counter); "
                       f"{type(counter).__name__} has no {', '.join(missing)}")
+    if ranker is not None and not callable(getattr(ranker, "rank", None)):
+      raise TypeError(f"ranker must be a Ranker with a rank(query, items, *, layer, now) method "
+                      f"(see aether_frame.retrieval.default_ranker), got {type(ranker).__name__}")
+    if history_index_factory is not None and not callable(history_index_factory):
+      raise TypeError(f"history_index_factory must be a callable returning a HistoryIndex, "
+                      f"got {type(history_index_factory).__name__}")
+    if working_memory is not None and not callable(getattr(working_memory, "list_notes", None)):
+      raise TypeError(f"working_memory must have an async list_notes(app_name, user_id, session_id, step_id) "
+                      f"(see aether_frame.stores.WorkingMemory), got {type(working_memory).__name__}")
     if manifest_writer is not None and not isinstance(manifest_writer, ManifestWriter):
       raise TypeError(f"manifest_writer must be a ManifestWriter, got {type(manifest_writer).__name__}")
     if not isinstance(include_artifacts, bool):
@@ -414,14 +426,18 @@ class ContextPackPlugin(BasePlugin):
 
     Gemini applies ``allowed_function_names``; ADK's OpenAI, LiteLLM and
     Anthropic adapters drop it, so a masked tool the model calls anyway is
-    answered with an error here instead of being run.
+    answered with an error here instead of being run. Only tools the step
+    declared to the model and masked are refused: a call to a tool the model
+    was never shown comes from the framework (ADK's ``ReflectAndRetryModelPlugin``
+    answers a model error with a call to its ``adk_handle_model_error``).
     """
     try:
-      allowed = self._allowed.get(_invocation_of(tool_context), self._key(tool_context))
-      if allowed is None:
+      mask = self._allowed.get(_invocation_of(tool_context), self._key(tool_context))
+      if mask is None:
         return None
+      allowed, declared = mask
       name = getattr(tool, "name", None)
-      if name in allowed or is_protected(name or "", tool):
+      if name in allowed or name not in declared or is_protected(name or "", tool):
         return None
       return {"error": f"tool {name!r} is not available in this step; the step allows: {sorted(allowed) or 'none'}"}
     except Exception as e:  # fail-open: the tool runs as it would without the plugin
@@ -429,10 +445,11 @@ class ContextPackPlugin(BasePlugin):
       return None
 
   def _note_allowed(self, ctx, scoped) -> None:
-    """The functions this call's mask allows, for ``before_tool_callback`` (None: no mask in force)."""
+    """The functions this call's mask allows and those it declared, for ``before_tool_callback``
+    (None: no mask in force)."""
     key, ic = self._key(ctx), _invocation_of(ctx)
     if scoped.mode is ToolScoping.MASK and scoped.allowed is not None:
-      self._allowed.put(ic, key, frozenset(scoped.allowed))
+      self._allowed.put(ic, key, (frozenset(scoped.allowed), frozenset(d.name for d in scoped.declarations)))
     else:
       self._allowed.pop(ic, key)
 
@@ -1336,9 +1353,14 @@ def _packed_by_agent(ctx) -> bool:
     return False
 
 
-_REQUEST_EDITING_ADK_PLUGINS = frozenset({"GlobalInstructionPlugin", "MultimodalToolResultsPlugin", "ContextFilterPlugin"})
+_REQUEST_EDITING_ADK_PLUGINS = frozenset({
+    "GlobalInstructionPlugin", "MultimodalToolResultsPlugin", "ContextFilterPlugin", "ForceEscalationPlugin",
+})
 """ADK's own plugins that change the request in ``before_model_callback`` (its
-logging and analytics plugins only read it)."""
+logging and analytics plugins only read it). ``ForceEscalationPlugin`` forces a
+call to its consult tool through ``tool_config``: after the pack, a mask that
+leaves that tool out refuses the forced call. ``ReflectAndRetryModelPlugin``
+only adds an undeclared tool to ``tools_dict``, which no mask refuses."""
 
 
 def _plugins_after(plugin: BasePlugin, ctx) -> list[str]:
@@ -1537,13 +1559,27 @@ def _override_declarations(tools, overrides: Mapping[str, str]):
 
 
 def _dedupe_ids(items: list[Item]) -> list[Item]:
-  """Memory services may return the same entry twice; keep the first."""
-  seen: set[str] = set()
+  """Memory services may return the same entry twice: keep the first.
+
+  Two different entries under one id (a memory service or knowledge list that
+  reuses ids) are both kept: the later one's id gains a digest of its text, so
+  it is ranked, sent or dropped on the record like any other item.
+  """
+  seen: dict[str, Item] = {}
   out = []
   for it in items:
-    if it.id not in seen:
-      seen.add(it.id)
-      out.append(it)
+    first = seen.get(it.id)
+    if first is not None:
+      if first.text == it.text and first.layer is it.layer:
+        continue
+      base = f"{it.id}~{hashlib.blake2b(it.text.encode('utf-8', 'surrogatepass'), digest_size=4).hexdigest()}"
+      uid, n = base, 1
+      while uid in seen:
+        n += 1
+        uid = f"{base}.{n}"
+      it = it.model_copy(update={"id": uid})
+    seen[it.id] = it
+    out.append(it)
   return out
 
 

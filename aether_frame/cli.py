@@ -12,7 +12,8 @@ EXIT_STATUS = """exit status:
   1    a difference (replay), or flush left entries in the spool
   2    an error: bad arguments, an unreadable or refused (tampered) manifest, a failed demo run;
        one line on stderr
-  130  interrupted (Ctrl-C)"""
+  130  interrupted (Ctrl-C)
+  141  the output was cut short by a closed pipe (`… | head`): 128 + SIGPIPE, as a shell reports it"""
 
 
 class CommandError(SystemExit):
@@ -51,7 +52,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   args = build_parser().parse_args(argv)
   try:
-    return int(args.func(args) or 0)
+    code = int(args.func(args) or 0)
+    sys.stdout.flush()  # what is still buffered breaks the pipe here, not in the interpreter's exit
+    return code
+  except BrokenPipeError:  # `aether-frame demo | head`: the run finished, its reader left early
+    from .audit.cli import EXIT_BROKEN_PIPE, silence_stdout
+    silence_stdout()
+    return EXIT_BROKEN_PIPE
   except CommandError as e:
     print(f"aether-frame: {e}", file=sys.stderr)
     raise

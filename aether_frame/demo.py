@@ -410,6 +410,8 @@ def main(out: str = "aether-frame-demo", window: int = 8192, turns: int = 30, mo
     print(f"\ncall {n} (v{version})  {doc['pack_id']}  agent={doc['agent']}  window={doc['window']}  "
           f"tokens {doc['totals']['tokens']}/{doc['usable']} usable ({pct_of_usable(doc)}%)  {status}")
     print(format_table(doc))
-  print(f"\n{len(manifests)} manifests written under {out_dir}")
+  # The folder also holds the memory-seeding session's manifests: the count is the demo session's.
+  print(f"\n{len(manifests)} manifests of the demo session written under {out_dir} "
+        f"(with the memory-seeding session's)")
   print(f"inspect the last one with: aether-frame inspect {shlex.quote(str(session_dir))}")
   return 0

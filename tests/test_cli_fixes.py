@@ -155,6 +155,20 @@ def test_replay_into_a_closed_pipe_is_not_a_difference(demo_session, unbuffered)
   assert _cli("replay", "-q", str(session_dir)).returncode == 0  # every call matches: a full run says 0
 
 
+def test_demo_into_a_closed_pipe_exits_141_without_a_traceback(tmp_path):
+  r, w = os.pipe()
+  os.close(r)  # `aether-frame demo | head -0`
+  try:
+    done = _cli("demo", "--out", str(tmp_path / "out"), "--turns", "2", stdout=w)
+  finally:
+    os.close(w)
+  assert done.returncode == 141, done.stderr
+  assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+  # The run finished before its output was cut: its manifests stay, and replay says they match.
+  assert list((tmp_path / "out").rglob("versions/*/manifest.json"))
+  assert _cli("replay", "-q", str(tmp_path / "out")).returncode == 0
+
+
 # --------------------------------------------------------- 5: report bytes
 def test_report_prints_the_byte_count_of_the_file(demo_session, tmp_path, capsys):
   session_dir, _, _ = demo_session

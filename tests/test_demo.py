@@ -18,7 +18,10 @@ def test_demo_writes_verified_manifests_and_its_inspect_hint_works(tmp_path, cap
   assert len(calls) >= 6  # one per turn, more when a turn calls a tool
   assert [int(n) for n, *_ in calls] == list(range(1, len(calls) + 1))
   assert all(status == "valid" and 0 < int(pct) <= 100 for _, _, pct, status in calls)
-  assert f"{len(calls)} manifests written under {out.resolve()}" in printed
+  assert f"{len(calls)} manifests of the demo session written under {out.resolve()} (with the memory-seeding session's)" in printed
+  sessions = sorted((out / "apps" / "aether_demo").glob("users/*/sessions/*"))
+  stored = sorted(len(list(s.glob("artifacts/context_pack/manifest.json/versions/*/manifest.json"))) for s in sessions)
+  assert len(sessions) == 2 and stored[-1] == len(calls) and stored[0] > 0  # the count printed is the demo session's
 
   # The hint names the demo's own session, although the folder also holds the
   # memory-seeding session's manifests.

@@ -90,7 +90,7 @@ def _one_line(e: BaseException) -> str:
   return text[0] if text else type(e).__name__
 
 
-def _silence_stdout() -> None:
+def silence_stdout() -> None:
   """After a broken pipe: stdout goes to devnull, so the interpreter's final flush cannot fail again
   (the Python docs' recipe for SIGPIPE, in the ``signal`` module's notes)."""
   try:
@@ -116,7 +116,7 @@ def _run(coro) -> int:
     _err(f"refused: {e}")
     return EXIT_REFUSED
   except BrokenPipeError:  # output piped into head & co.
-    _silence_stdout()
+    silence_stdout()
     return EXIT_BROKEN_PIPE
   except OSError as e:
     _err(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else f"{type(e).__name__}: {_one_line(e)}")

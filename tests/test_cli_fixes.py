@@ -180,6 +180,32 @@ def test_report_prints_the_byte_count_of_the_file(demo_session, tmp_path, capsys
   assert said == size
 
 
+def _small_file_limit(limit: int):
+  def apply():  # in the child: writes past `limit` bytes fail with EFBIG (Python ignores SIGXFSZ)
+    import resource
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+  return apply
+
+
+def test_report_that_cannot_be_written_whole_leaves_the_old_file_and_names_the_output(demo_session, tmp_path):
+  session_dir, _, _ = demo_session
+  out = tmp_path / "r.html"
+  out.write_text("the previous report", encoding="utf-8")
+  done = subprocess.run([sys.executable, "-m", "aether_frame.cli", "report", str(session_dir), "-o", str(out)],
+                        env=_env(), capture_output=True, text=True, timeout=300, preexec_fn=_small_file_limit(4096))
+  assert done.returncode == 2, done.stdout + done.stderr
+  assert _one_line(done.stderr) == f"aether-frame: {out}: File too large"
+  assert out.read_text(encoding="utf-8") == "the previous report"  # not a half page
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]  # no temporary file left
+
+
+def test_report_into_a_missing_folder_names_the_output_file(demo_session, tmp_path, capsys):
+  session_dir, _, _ = demo_session
+  out = tmp_path / "no-such-folder" / "r.html"
+  err = _exit_2(capsys, ["report", str(session_dir), "-o", str(out)])
+  assert err == f"aether-frame: {out}: No such file or directory"
+
+
 # ------------------------------------------------------- 6: --turns bound
 @pytest.mark.parametrize("turns", ["10001", "1000000000000"])
 def test_demo_turns_beyond_the_maximum_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, turns):

@@ -343,6 +343,7 @@ def _report(args) -> int:
 
 
 async def _report_async(args) -> int:
+  from .files import write_atomic
   from .report import session_report
   from .source import open_location
   source = open_location(args.session)
@@ -350,7 +351,7 @@ async def _report_async(args) -> int:
   page = await session_report(source, ref)
   out = Path(args.out or report_filename(ref.session))
   data = page.encode("utf-8")
-  out.write_bytes(data)
+  write_atomic(out, data)  # an existing report stays whole if this fails
   calls = page.count('<div class="bar">')
   print(f"wrote {out} ({len(data):,} bytes, {calls} calls)")
   return EXIT_OK

@@ -17,11 +17,12 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
+
+from .files import write_atomic
 
 SPOOL_SCHEMA = "aether-frame/spool@1"
 SPOOL_ENV = "AETHER_FRAME_SPOOL_DIR"
@@ -126,17 +127,7 @@ def _is_key(key: str) -> bool:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(OSError):
-      os.unlink(tmp)
-    raise
+  write_atomic(path, text.encode("utf-8"))
 
 
 class Spool:

@@ -1,0 +1,33 @@
+"""Whole-file writes for the manifest tools: a reader sees the old file or the new one, never half.
+
+A crash, a full disk or Ctrl-C during a plain ``write_bytes`` leaves a
+truncated file under the final name (a spool entry that no longer parses, a
+report that renders half a page); writing a sibling temporary file and
+renaming it over the target is atomic on POSIX and Windows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+  """Writes ``data`` to ``path`` in one step; an ``OSError`` names ``path``, not the temporary file."""
+  tmp = None
+  try:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")  # the spool sweeps stale ".tmp-*"
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException as e:
+    if tmp is not None:
+      with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    if isinstance(e, OSError):
+      raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+    raise

@@ -116,7 +116,9 @@ def test_report_default_file_stays_in_the_working_folder(tmp_path, monkeypatch, 
   work.mkdir()
   monkeypatch.chdir(work)
   lone = tmp_path / "lone.json"
-  lone.write_text(json.dumps(manifest_doc.finalize({"session_id": "../evil", "window": 10}, {})), encoding="utf-8")
+  body = {"session_id": "../evil", "window": 10, "reserve": 0, "usable": 10, "layers": {}, "items": [],
+          "truncation_events": [], "totals": {"tokens": 0}}  # the least a manifest holds
+  lone.write_text(json.dumps(manifest_doc.finalize(body, {})), encoding="utf-8")
   assert main(["report", str(lone)]) == 0
   capsys.readouterr()
   assert not (tmp_path / "evil.html").exists()

@@ -154,6 +154,23 @@ def test_inspect_and_diff_refuse_a_manifest_of_another_schema(demo_session, tmp_
   assert "manifest schema 'aether-frame/manifest@2'" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d.__setitem__("layers", []), "layers is not an object"),
+    (lambda d: d.__setitem__("truncation_events", "x"), "truncation_events is not a list"),
+    (lambda d: d["layers"]["memory"].__setitem__("used", float("nan")), "layers.memory.used is not a finite number"),
+])
+def test_tools_refuse_a_resigned_or_non_finite_manifest_in_one_line(demo_session, tmp_path, capsys, edit, says):
+  """Such a file used to end in 'internal error: AttributeError …' with a traceback, or a bare ValueError."""
+  _, manifests = demo_session
+  doc = json.loads(json.dumps(manifests[-1][1]))
+  edit(doc)
+  bad = tmp_path / "bad.json"
+  resign = "finite" not in says  # a NaN cannot be signed: the file keeps its old checksum
+  bad.write_text(json.dumps(finalize(body_of(doc), doc["runtime"]) if resign else doc), encoding="utf-8")
+  for argv in (["inspect", str(bad)], ["diff", str(bad), str(bad)]):
+    assert _exit_2(capsys, argv) == f"aether-frame: refused: {bad}: not a valid manifest ({says})", argv
+
+
 # ---------------------------------------------------------- replay / flush
 def test_replay_policy_override_errors_name_the_option_once(demo_session, capsys):
   session_dir, _ = demo_session

@@ -180,6 +180,39 @@ def test_tampering_is_detected(tamper):
     manifest_doc.verify(bad, where="manifest v3")
 
 
+@pytest.mark.parametrize("edit, says", [
+    (lambda d: d["layers"]["memory"].__setitem__("used", "abc"), "layers.memory.used is not an integer"),
+    (lambda d: d["layers"]["memory"].__setitem__("weight", True), "layers.memory.weight is not a number"),
+    (lambda d: d["layers"].__setitem__("memory", 7), "layers.memory is not an object"),
+    (lambda d: d.__setitem__("layers", []), "layers is not an object"),
+    (lambda d: d.__setitem__("items", {"a": 1}), "items is not a list"),
+    (lambda d: d["items"].append("x"), "is not an object"),
+    (lambda d: d["items"][0].__setitem__("tokens", 1.5), "items[0].tokens is not an integer"),
+    (lambda d: d.__setitem__("truncation_events", "x"), "truncation_events is not a list"),
+    (lambda d: d.__setitem__("window", "8192"), "window is not an integer"),
+    (lambda d: d.__setitem__("usable", False), "usable is not an integer"),
+    (lambda d: d.pop("totals"), "it has no 'totals'"),
+    (lambda d: d["totals"].__setitem__("tokens", None), "totals.tokens is not an integer"),
+])
+def test_a_resigned_manifest_of_the_wrong_shape_is_refused_naming_the_field(edit, says):
+  """The checksum holds (the edit was signed again), but readers would misread or crash on it."""
+  body = copy.deepcopy(_pack(window=1500).manifest)
+  edit(body)
+  doc = manifest_doc.finalize(body, {"compile_ms": 1.0})
+  with pytest.raises(manifest_doc.ManifestIntegrityError, match="manifest v3: not a valid manifest") as e:
+    manifest_doc.verify(doc, where="manifest v3")
+  assert says in str(e.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_manifest_holding_a_non_finite_number_is_refused_naming_where(value):
+  doc = manifest_doc.finalize(_pack(window=1500).manifest, {"compile_ms": 1.0})
+  text = json.dumps(doc).replace('"schema"', '"zz":[1,{"x":%s}],"schema"' % json.dumps(value), 1)  # NaN, Infinity
+  loaded = json.loads(text)  # Python's json reads them, as any tool editing a manifest with it may write them
+  with pytest.raises(manifest_doc.ManifestIntegrityError, match=r"manifest v3: not a valid manifest \(zz\[1\]\.x is not a finite number\)"):
+    manifest_doc.verify(loaded, where="manifest v3")
+
+
 def test_a_document_without_checksum_is_refused():
   with pytest.raises(manifest_doc.ManifestIntegrityError, match="not a manifest"):
     manifest_doc.verify(_pack().manifest)

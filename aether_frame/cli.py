@@ -48,8 +48,19 @@ def _demo(args) -> int:
   return main(out=args.out, window=args.window, turns=args.turns, model=args.model)
 
 
+def _never_fail_to_print() -> None:
+  """A folder name that is not UTF-8 (a lone surrogate after ``os.fsdecode``) is printed as ``\\udcff``.
+
+  Under a UTF-8 locale Python's stdout is strict, and ``inspect`` of such a
+  folder died printing its label; under the C locale it is already lenient.
+  """
+  if getattr(sys.stdout, "errors", None) == "strict" and hasattr(sys.stdout, "reconfigure"):
+    sys.stdout.reconfigure(errors="backslashreplace")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+  _never_fail_to_print()
   args = build_parser().parse_args(argv)
   try:
     code = int(args.func(args) or 0)

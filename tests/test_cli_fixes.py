@@ -303,3 +303,42 @@ def test_diff_across_sessions_says_so_in_one_line(demo_session, capsys):
   assert "different sessions" in json.loads(capsys.readouterr().out)["notes"][0]
   assert cli.main(["diff", str(session_dir), "0", "-1"]) == 0  # one session: no such note
   assert "different sessions" not in capsys.readouterr().out
+
+
+# ------------------------------------------- 11: a folder name that is not UTF-8
+@pytest.fixture
+def non_utf8_session(demo_session, tmp_path):
+  """A copy of the demo store whose session folder is named b"sess\\xff\\xfe" (a Latin-1 name, say)."""
+  import shutil
+  session_dir, _, _ = demo_session
+  sessions = tmp_path / "store" / session_dir.relative_to(session_dir.parents[5]).parent
+  shutil.copytree(session_dir.parents[5], tmp_path / "store")
+  old = sessions / session_dir.name
+  new = os.fsencode(sessions) + b"/sess\xff\xfe"
+  os.rename(old, new)
+  return new
+
+
+def _cli_bytes(*args, **env: str) -> subprocess.CompletedProcess:
+  """As ``_cli``, with byte arguments and output, under a strict UTF-8 stdout (a UTF-8 locale's)."""
+  return subprocess.run([sys.executable.encode(), b"-m", b"aether_frame.cli", *args], env=_env(PYTHONIOENCODING="utf-8", **env),
+                        capture_output=True, timeout=300)
+
+
+def test_tools_read_a_session_folder_whose_name_is_not_utf8(non_utf8_session, tmp_path):
+  """report died on encoding its page, --json wrote bytes no JSON reader takes, inspect died printing."""
+  where = non_utf8_session
+  out = tmp_path / "r.html"
+  done = _cli_bytes(b"report", where, b"-o", os.fsencode(out))
+  assert done.returncode == 0, done.stderr
+  page = out.read_bytes().decode("utf-8")  # strict: the page is UTF-8
+  assert "sess\\udcff\\udcfe" in page
+  done = _cli_bytes(b"diff", b"--json", where, b"0", b"1")
+  assert done.returncode == 0, done.stderr
+  assert json.loads(done.stdout.decode("utf-8"))["a"].endswith("sess\udcff\udcfe v0")  # the name, as os.fsdecode gives it
+  done = _cli_bytes(b"replay", b"--json", where + b"@1")
+  assert done.returncode == 0, done.stderr
+  assert json.loads(done.stdout.decode("utf-8"))["status"] == "identical"
+  done = _cli_bytes(b"inspect", where)
+  assert done.returncode == 0, done.stderr
+  assert "sess\\udcff\\udcfe v" in done.stdout.decode("utf-8").splitlines()[0]

@@ -85,6 +85,12 @@ def _cloud_errors() -> tuple[type[BaseException], ...]:
   return tuple(out)
 
 
+def _json_line(value: Any, **kw: Any) -> str:
+  """``--json`` output: UTF-8 JSON whatever it holds (a non-UTF-8 folder name is a lone surrogate: escaped)."""
+  from ..core.canonical import escape_lone_surrogates
+  return escape_lone_surrogates(json.dumps(value, ensure_ascii=False, **kw))
+
+
 def _one_line(e: BaseException) -> str:
   text = str(e).strip().splitlines()
   return text[0] if text else type(e).__name__
@@ -243,7 +249,7 @@ async def _replay_async(args) -> int:
     if rep.status == "identical" and args.quiet:
       return
     if args.json:
-      print(json.dumps(rep.as_dict(), ensure_ascii=False))
+      print(_json_line(rep.as_dict()))
       return
     if rep.status == "identical":
       print(f"identical  {rep.label}")
@@ -308,7 +314,7 @@ async def _diff_async(args) -> int:
   if args.json:
     if note:
       report.notes.insert(0, note)
-    print(json.dumps(report.as_dict(), ensure_ascii=False, indent=1))
+    print(_json_line(report.as_dict(), indent=1))
   else:
     head, sep, rest = format_diff(report).partition("\n\n")  # the A:/B: lines, then the table
     print(f"{head}\nnote: {note}{sep}{rest}" if note else head + sep + rest)
@@ -350,7 +356,7 @@ async def _report_async(args) -> int:
   ref = await _one_session(source, args.session)
   page = await session_report(source, ref)
   out = Path(args.out or report_filename(ref.session))
-  data = page.encode("utf-8")
+  data = page.encode("utf-8", "backslashreplace")  # a non-UTF-8 folder name shows as \\udcff
   write_atomic(out, data)  # an existing report stays whole if this fails
   calls = page.count('<div class="bar">')
   print(f"wrote {out} ({len(data):,} bytes, {calls} calls)")
@@ -466,7 +472,7 @@ async def _inspect_async(args) -> int:
   _, call = await _load_ref(args.manifest, None)
   doc = verify(call.doc, where=call.where)
   if args.json:
-    print(json.dumps(doc, ensure_ascii=False, indent=1, sort_keys=True))
+    print(_json_line(doc, indent=1, sort_keys=True))
     return EXIT_OK
   totals = doc.get("totals") or {}
   tok = doc.get("tokenizer") or {}

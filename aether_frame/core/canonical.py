@@ -20,18 +20,33 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def canonical_bytes(value: Any) -> bytes:
-  """``canonical_json(value)`` as UTF-8, for storage.
-
-  A lone surrogate (a tool's ``os.fsdecode`` name, half an emoji) has no
-  UTF-8 form: it is written as its JSON ``\\u`` escape, which loads back as
-  the same string. Text without one is unchanged. (A high and a low surrogate
-  side by side load back joined, as one character, as any JSON reader does.)
+  """``canonical_json(value)`` as UTF-8, for storage, lone surrogates escaped
+  (``escape_lone_surrogates``). (A high and a low surrogate side by side load
+  back joined, as one character, as any JSON reader does.)
   """
   text = canonical_json(value)
   try:
     return text.encode("utf-8")
   except UnicodeEncodeError:
-    return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text).encode("utf-8")
+    return _escape(text).encode("utf-8")
+
+
+def escape_lone_surrogates(json_text: str) -> str:
+  """JSON text with every lone surrogate written as its ``\\u`` escape, so it encodes as UTF-8.
+
+  A lone surrogate (a non-UTF-8 file name through ``os.fsdecode``, half an
+  emoji) has no UTF-8 form; its escape loads back as the same string. Text
+  without one is returned as is.
+  """
+  try:
+    json_text.encode("utf-8")
+  except UnicodeEncodeError:
+    return _escape(json_text)
+  return json_text
+
+
+def _escape(text: str) -> str:
+  return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
 
 
 def canonical_parts_json(parts: Any) -> str:

@@ -280,3 +280,37 @@ async def test_a_held_manifest_dropped_while_its_upload_runs_is_lost_only_if_tha
   assert writer.stats["lost"] == 1 and len(lost) == 1 and docs[1] in lost[0]
   assert [d["pack_id"] for d in await _versions(svc, sid)] == [docs[0], docs[2], docs[3], docs[4]]  # once each, in order
   assert plugin.faults == 0
+
+
+# ---------------------------------------------- a store folder whose name is not UTF-8
+def _non_utf8(tmp_path, name: bytes) -> str:
+  return os.fsdecode(os.fsencode(tmp_path) + b"/" + name)  # lone surrogates, as os.fsdecode gives them
+
+
+def test_a_store_folder_whose_name_is_not_utf8_takes_every_manifest(tmp_path, monkeypatch):
+  """Hashing the store's name for the spool lookup died on it: the plugin stored no manifest at all."""
+  from pathlib import Path
+  from aether_frame.demo import run_demo
+  monkeypatch.setenv("AETHER_FRAME_SPOOL_DIR", str(tmp_path / "spool"))
+  out = Path(_non_utf8(tmp_path, b"out\xff"))
+  session_dir, manifests = asyncio.run(run_demo(out, turns=2))
+  stored = list(session_dir.glob("artifacts/context_pack/manifest.json/versions/*/manifest.json"))
+  assert len(manifests) >= 2 and len(stored) == len(manifests)
+  assert os.fsencode(session_dir).startswith(os.fsencode(tmp_path) + b"/out\xff/")
+  assert not (tmp_path / "spool").exists() or not Spool(tmp_path / "spool").paths()
+
+
+def test_an_entry_for_a_store_whose_name_is_not_utf8_is_spooled_and_flushed_there(tmp_path):
+  from aether_frame.audit.spool import make_entry
+  from aether_frame.core import manifest as manifest_doc
+  store = _non_utf8(tmp_path, b"store\xe9")
+  doc = manifest_doc.finalize({"pack_id": "p1"}, {})
+  spool = Spool(tmp_path / "spool")
+  path = spool.add(make_entry(store=store, app=APP, user=USER, session="s1", filename=MANIFEST_FILENAME,
+                              blob_app="blobs", manifest=doc, blobs={}))
+  assert Spool.read(path)["store"] == store and spool.pending(store) == [path]
+  assert main(["flush", "--spool", str(tmp_path / "spool")]) == 0
+  svc = FileArtifactService(store)
+  kw = dict(app_name=APP, user_id=USER, session_id="s1", filename=MANIFEST_FILENAME)
+  assert json.loads(asyncio.run(svc.load_artifact(**kw)).inline_data.data) == doc
+  assert spool.paths() == []

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
+from ..core.canonical import escape_lone_surrogates
 from .files import write_atomic
 
 SPOOL_SCHEMA = "aether-frame/spool@1"
@@ -52,8 +53,11 @@ def _stamp() -> int:
 
 
 def store_tag(store: str) -> str:
-  """Short tag of a store URI, part of the entry's file name so filtering needs no reads."""
-  return hashlib.sha256(store.encode("utf-8")).hexdigest()[:10]
+  """Short tag of a store URI, part of the entry's file name so filtering needs no reads.
+
+  ``surrogatepass``: a folder whose name is not UTF-8 reaches here as lone surrogates.
+  """
+  return hashlib.sha256(store.encode("utf-8", "surrogatepass")).hexdigest()[:10]
 
 
 def make_entry(*, store: str, app: str, user: str, session: str, filename: str, blob_app: str,
@@ -127,7 +131,8 @@ def _is_key(key: str) -> bool:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-  write_atomic(path, text.encode("utf-8"))
+  """``text`` is JSON: a lone surrogate (a non-UTF-8 store folder) is written as its escape."""
+  write_atomic(path, escape_lone_surrogates(text).encode("utf-8"))
 
 
 class Spool:

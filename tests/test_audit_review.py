@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 
+import pytest
 from google.adk.artifacts import FileArtifactService
 from google.genai import types
 
@@ -77,15 +78,18 @@ def test_a_corrupt_gzip_blob_is_refused_by_name_not_an_eof_error(tmp_path, capsy
 
 
 # -------------------------------------------------------------------- spool
-def test_a_corrupt_spool_blob_is_refused_and_never_uploaded(tmp_path, capsys):
-  """A damaged ``spool/blobs/<key>`` file was uploaded under that key: every later manifest sharing it broke."""
+@pytest.mark.parametrize("damage", [b'{"text":"something else"}', b'{"text":"the system \xff\xfe instruction"}'],
+                         ids=["other-text", "not-utf8"])
+def test_a_corrupt_spool_blob_is_refused_and_never_uploaded(tmp_path, capsys, damage):
+  """A damaged ``spool/blobs/<key>`` file was uploaded under that key: every later manifest sharing it broke.
+  Damaged into bytes that are not UTF-8, it stopped flush with a bare "'utf-8' codec can't decode"."""
   data = b'{"text":"the system instruction"}'
   key = hashlib.sha256(data).hexdigest()
   store = tmp_path / "store"
   spool = Spool(tmp_path / "spool")
   path = spool.add(make_entry(store=str(store), app=APP, user=USER, session="s1", filename=MANIFEST_FILENAME,
                               blob_app=BLOB_APP, manifest=manifest_doc.finalize({"x": 1}, {}), blobs={key: data}))
-  (spool.root / "blobs" / key).write_text('{"text":"something else"}', encoding="utf-8")
+  (spool.root / "blobs" / key).write_bytes(damage)
   assert main(["flush", "--spool", str(spool.root)]) == 1
   out = capsys.readouterr().out
   assert "0 uploaded" in out and path.name in out and key in out and "corrupt" in out

@@ -77,7 +77,8 @@ def make_entry(*, store: str, app: str, user: str, session: str, filename: str, 
 
 
 def entry_blobs(entry: dict[str, Any]) -> dict[str, bytes]:
-  return {k: v.encode("utf-8") for k, v in entry.get("blobs", {}).items()}
+  """The blobs as bytes; ``surrogateescape`` gives back the bytes of a damaged file (see ``load_blobs``)."""
+  return {k: v.encode("utf-8", "surrogateescape") for k, v in entry.get("blobs", {}).items()}
 
 
 def load_blobs(entry: dict[str, Any], spool_root: Path, where: str) -> dict[str, Any]:
@@ -94,7 +95,9 @@ def load_blobs(entry: dict[str, Any], spool_root: Path, where: str) -> dict[str,
     if key in blobs:
       continue
     try:
-      blobs[key] = (bdir / key).read_text(encoding="utf-8")
+      # A file damaged into bytes that are not UTF-8 is read as it is: its hash check (on upload,
+      # on replay) then names the entry and the key, as for any other damage.
+      blobs[key] = (bdir / key).read_bytes().decode("utf-8", "surrogateescape")
     except FileNotFoundError:
       raise SpoolEntryError(f"{where}: blob {key} is missing from {bdir}") from None
   return {**entry, "blobs": blobs}

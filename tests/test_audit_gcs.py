@@ -134,3 +134,25 @@ def test_outage_spools_then_flush_uploads_in_order_without_duplicates(gcs_emulat
   assert [d["pack_id"] for d in stored] == [d["pack_id"] for d in writer.documents]  # all 7, in call order
   assert len({d["checksum"] for d in stored}) == len(stored) == 7  # no duplicates
   assert main(["replay", f"gs://{BUCKET}/{APP}/{USER}/{sid}", "-q"]) == 0  # spooled inputs landed too
+
+
+def test_a_bucket_location_takes_blobs_from_blobs_option(gcs_emulator, capsys):  # noqa: F811
+  """``--blobs`` was silently ignored for a gs:// location: manifests copied to another bucket could not replay."""
+  gcs_emulator.create_bucket(BUCKET)
+  gcs_emulator.create_bucket("af-copies")
+  src = GcsArtifactService(BUCKET)
+  run = asyncio.run(run_session(src, 3, tools=False))
+  copies = GcsArtifactService("af-copies")
+
+  async def copy_manifests() -> None:  # the manifests only, not the blobs they reference
+    kw = dict(app_name=APP, user_id=USER, session_id=run.session_id, filename=MANIFEST_FILENAME)
+    for v in sorted(await src.list_versions(**kw)):
+      await copies.save_artifact(**kw, artifact=await src.load_artifact(**kw, version=v))
+
+  asyncio.run(copy_manifests())
+  loc = f"gs://af-copies/{APP}/{USER}/{run.session_id}"
+  n = len(run.documents)
+  assert main(["replay", loc, "-q"]) == 2
+  assert "missing" in capsys.readouterr().out
+  assert main(["replay", loc, "-q", "--blobs", f"gs://{BUCKET}/{APP}/{USER}"]) == 0
+  assert f"{n} calls: {n} identical" in capsys.readouterr().out

@@ -451,7 +451,9 @@ def open_location(loc: str, *, blobs: Optional[str] = None):
       raise LocationError(f"{loc}: expected gs://BUCKET[/APP[/USER[/SESSION]]], a '/' inside an id written as %2F")
     from google.adk.artifacts import GcsArtifactService  # needs google-cloud-storage
     segs += [None] * (3 - len(segs))
-    return GcsSource(GcsArtifactService(bucket), f"gs://{bucket}", *segs)
+    source = GcsSource(GcsArtifactService(bucket), f"gs://{bucket}", *segs)
+    source.blob_fallback = _blob_location(blobs) if blobs else None  # was ignored for a bucket location
+    return source
   path = Path(loc).expanduser()
   if path.is_file():
     return FileSource(path, _blob_location(blobs) if blobs else None)

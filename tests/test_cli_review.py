@@ -56,7 +56,7 @@ def test_help_documents_the_exit_codes(capsys):
   assert e.value.code == 0
   out = capsys.readouterr().out
   assert "exit status" in out
-  for code in ("0", "1", "2", "130"):
+  for code in ("0", "1", "2", "130", "141"):
     assert re.search(rf"^\s+{code}\s+\S", out, re.M), out
 
 
@@ -171,6 +171,20 @@ def test_tools_refuse_a_resigned_or_non_finite_manifest_in_one_line(demo_session
     assert _exit_2(capsys, argv) == f"aether-frame: refused: {bad}: not a valid manifest ({says})", argv
 
 
+def test_inspect_budget_column_adds_up_to_usable_then_to_the_window(demo_session, capsys):
+  """The slack (output reserve) row sat among the layers, so the column summed to neither."""
+  session_dir, manifests = demo_session
+  assert cli.main(["inspect", str(session_dir)]) == 0
+  out = capsys.readouterr().out
+  budget = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+|= usable|= window)\s+(\d+)", out, re.M)}
+  layers = ("system", "task", "tools", "evidence", "memory", "conversation")
+  doc = manifests[-1][1]
+  assert sum(budget[n] for n in layers) + budget["unallocated"] == budget["= usable"] == doc["usable"]
+  assert budget["= usable"] + budget["slack"] + budget.get("calibration", 0) == budget["= window"] == doc["window"]
+  assert budget["slack"] == doc["reserve"]
+  assert out.index("= usable") < out.index("slack") < out.index("= window")
+
+
 # ---------------------------------------------------------- replay / flush
 def test_replay_policy_override_errors_name_the_option_once(demo_session, capsys):
   session_dir, _ = demo_session
@@ -181,6 +195,18 @@ def test_replay_policy_override_errors_name_the_option_once(demo_session, capsys
   out = capsys.readouterr().out
   # The session's calls kept more than 2 memory items: with top-K 2 each decides differently (exit 1).
   assert rc == 1 and "beyond memory top-K (k=2)" in out and " 0 identical" in out, out
+
+
+def test_replay_policy_override_file_errors_name_the_option_and_the_file(demo_session, tmp_path, capsys):
+  """They were "'utf-8' codec can't decode byte 0xff …" and "FileNotFoundError: … ''"."""
+  session_dir, _ = demo_session
+  binary = tmp_path / "policy.bin"
+  binary.write_bytes(b"\xff\xfe{}")
+  for value, says in ((f"@{binary}", f"--policy-override @{binary}: not UTF-8 text (invalid start byte at byte 0)"),
+                      ("@", "--policy-override @: name the file after the @"),
+                      (f"@{tmp_path / 'none.json'}", f"--policy-override @{tmp_path / 'none.json'}: No such file or directory"),
+                      (f"@{tmp_path}", f"--policy-override @{tmp_path}: Is a directory")):
+    assert _exit_2(capsys, ["replay", str(session_dir), "--policy-override", value]).startswith(f"aether-frame: {says}")
 
 
 def test_flush_refuses_a_file_as_spool_and_a_timeout_that_cannot_wait(tmp_path, capsys):

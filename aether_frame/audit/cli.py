@@ -42,7 +42,7 @@ def add_subcommands(subparsers) -> None:
   p.add_argument("refs", nargs="+", metavar="REF",
                  help="A B (each a manifest file or LOCATION@VERSION), or LOCATION A B (two versions of the one session at LOCATION)")
   p.add_argument("--blobs", metavar="LOCATION", help="where the input blobs are, for lone manifest files")
-  p.add_argument("--json", action="store_true")
+  p.add_argument("--json", action="store_true", help="one JSON object: per-layer changes, tokens, and where the prompt cache breaks")
   p.set_defaults(func=_diff)
 
   p = subparsers.add_parser("report", help="one self-contained HTML page for a session: budget bars, truncations, cache breaks")
@@ -484,9 +484,22 @@ async def _inspect_async(args) -> int:
         f"total {tokens} ({share}; BUDGET line said {totals.get('pct_used')}%)  valid {doc.get('valid')}")
   print()
   print(f"{'layer':<14}{'budget':>8}{'+unused':>8}{'used':>8}{'dropped':>9}{'tokens':>8}")
+  slack = None
   for name, budget, extra, used, n, t in layer_table(doc):
+    if name == "slack":  # the reserve: outside usable, so the column above adds up to it
+      slack = budget
+      continue
     print(f"{name:<14}{budget:>8}{extra or '':>8}{used:>8}{n:>9}{t:>8}")
   print(f"{'unallocated':<14}{totals.get('unallocated', 0):>8}")
+  print(f"{'= usable':<14}{usable:>8}{'':>8}{tokens:>8}")
+  if slack is not None:
+    print(f"{'slack':<14}{slack:>8}  reserved for the reply")
+  window, reserve = doc.get("window"), doc.get("reserve")
+  if isinstance(window, int) and isinstance(reserve, int) and window - reserve != usable:
+    scale = doc.get("token_scale")  # usable = (window - reserve) / token_scale
+    print(f"{'calibration':<14}{window - reserve - usable:>8}  held back: the provider counts "
+          f"{f'{scale:.3f}x' if isinstance(scale, (int, float)) else 'more than'} ours")
+  print(f"{'= window':<14}{window!s:>8}")
   events = doc.get("truncation_events") or []
   if events:
     print()

@@ -59,8 +59,16 @@ def parse_override(text: Optional[str]) -> Optional[dict[str, Any]]:
   if not text:
     return None
   if text.startswith("@"):
-    with open(text[1:], encoding="utf-8") as f:
-      text = f.read()
+    path = text[1:]
+    if not path:
+      raise ValueError("--policy-override @: name the file after the @ (@policy.json)")
+    try:
+      with open(path, encoding="utf-8") as f:
+        text = f.read()
+    except UnicodeDecodeError as e:
+      raise ValueError(f"--policy-override {text}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+      raise ValueError(f"--policy-override {text}: {e.strerror or type(e).__name__}") from None
   value = json.loads(text)
   if not isinstance(value, dict):
     raise ValueError("--policy-override must be a JSON object of PackPolicy fields")

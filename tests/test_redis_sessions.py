@@ -1004,6 +1004,31 @@ async def test_kill9_never_leaves_a_half_written_event(aof_redis_server):
     r.close()
 
 
+async def test_a_server_that_stops_answering_is_a_clear_error_not_a_hang(aof_redis_server):
+  """A paused server (a partition, a frozen primary) held append_event for ~40 s, or for good."""
+  server: RedisServer = aof_redis_server
+  svc = RedisSessionService(server.url)  # the defaults: StoreUnavailableError after SOCKET_TIMEOUT_S
+  quick = RedisSessionService(server.url + "?socket_timeout=0.5")  # the URL's own setting wins
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s")
+  server.pause()
+  try:
+    with pytest.raises(StoreUnavailableError, match="Timeout reading") as err:
+      # 20 s: 4x the timeout. Retrying each timed-out reply 6 more times held the caller ~40 s
+      # (and with redis-py before 8, which waits for a reply forever, for good).
+      await asyncio.wait_for(svc.append_event(s, ev("e1")), timeout=20)
+    assert "may or may not have been stored" in str(err.value)
+    with pytest.raises(StoreUnavailableError, match="Timeout reading"):
+      await asyncio.wait_for(quick.get_session(app_name=APP, user_id="u", session_id="s"), timeout=60)
+  finally:
+    server.resume()
+  # As the error says: the appends may have run once the server woke; resending each is safe.
+  await svc.append_event(s, ev("e1"))
+  fresh = await svc.get_session(app_name=APP, user_id="u", session_id="s")
+  assert [e.id for e in fresh.events if e.id == "e1"] == ["e1"]
+  await svc.close()
+  await quick.close()
+
+
 async def test_connection_drop_is_a_clear_error_and_writes_nothing(
     aof_redis_server,
 ):

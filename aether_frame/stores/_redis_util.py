@@ -41,12 +41,23 @@ DEFAULT_PREFIX = "aether"
 UNAVAILABLE_ERRORS = (redis_errors.ConnectionError, redis_errors.TimeoutError)
 
 
+SOCKET_TIMEOUT_S = 5.0
+"""How long a URL-built client waits for a reply (``?socket_timeout=`` in the URL overrides it).
+
+redis-py waits forever by default: a server that stops answering (a network
+partition, a primary frozen by a fork) blocked every call of the agent. Long
+enough for a whole large session read in one script."""
+CONNECT_TIMEOUT_S = 2.0
+"""How long a URL-built client waits to connect (``?socket_connect_timeout=`` overrides it)."""
+
+
 def _client_from_url(url: str, cluster: bool) -> RedisClient:
+  timeouts = dict(socket_timeout=SOCKET_TIMEOUT_S, socket_connect_timeout=CONNECT_TIMEOUT_S)
   if cluster:
-    return RedisCluster.from_url(url)
+    return RedisCluster.from_url(url, **timeouts)
   # from_url() alone never retries; every store operation is idempotent
   # (appends dedupe by event id), so re-sending after a dropped reply is safe.
-  return redis_asyncio.Redis.from_url(url, retry=default_retry())
+  return redis_asyncio.Redis.from_url(url, retry=default_retry(), **timeouts)
 
 
 class Connection:
@@ -214,8 +225,14 @@ class RedisStoreBase:
 
 
 def default_retry() -> Retry:
-  """Reconnect a few times over ~1 s before reporting Redis unavailable."""
-  return Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), retries=6)
+  """Reconnect a few times over ~1 s before reporting Redis unavailable.
+
+  Dropped connections only: a reply that timed out already waited
+  ``SOCKET_TIMEOUT_S``, and six more waits on a stalled server would hold the
+  caller for half a minute.
+  """
+  return Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), retries=6,
+               supported_errors=(redis_errors.ConnectionError,))
 
 
 def is_cluster(client: RedisClient) -> bool:

@@ -590,6 +590,26 @@ async def test_redelivered_event_is_idempotent(svc):
     await svc.append_event(older, ev("e4"))
 
 
+async def test_concurrent_appends_to_one_session_object_all_land_as_in_adk(svc):
+  """ADK's live mode appends from two tasks at once to invocation_context.session: every
+  append after the first sent the same version marker and was refused as stale."""
+  results = {}
+  for name, service in (("redis", svc), ("memory", InMemorySessionService())):
+    session = await service.create_session(app_name=APP, user_id="u", session_id="live")
+    events = [ev(f"e{i}", delta={"n": i}) for i in range(6)]
+    out = await asyncio.gather(*(service.append_event(session, e) for e in events), return_exceptions=True)
+    assert [type(r).__name__ for r in out] == ["Event"] * 6, out
+    stored = await service.get_session(app_name=APP, user_id="u", session_id="live")
+    results[name] = ([e.id for e in session.events], [e.id for e in stored.events], stored.state)
+  assert results["redis"] == results["memory"] == ([f"e{i}" for i in range(6)],) * 2 + ({"n": 5},)
+  # Two copies of the session still conflict: the second is stale, as before.
+  a = await svc.get_session(app_name=APP, user_id="u", session_id="live")
+  b = await svc.get_session(app_name=APP, user_id="u", session_id="live")
+  out = await asyncio.gather(svc.append_event(a, ev("x1")), svc.append_event(b, ev("x2")), return_exceptions=True)
+  assert sorted(type(r).__name__ for r in out) == ["Event", "StaleSessionError"]
+  assert not svc._turns._locks  # each lock is dropped once nobody holds it
+
+
 async def test_stale_copy_resending_anothers_event_is_stale(svc):
   await svc.create_session(app_name=APP, user_id="u", session_id="s1")
   stale = await svc.get_session(app_name=APP, user_id="u", session_id="s1")

@@ -9,9 +9,12 @@ or not at all. Behaviour mirrors ADK's SqliteSessionService.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
+from typing import AsyncIterator
 from typing import Optional
 
 from google.adk.errors import StaleSessionError
@@ -114,6 +117,36 @@ def _merge(
   return merged
 
 
+class _SessionTurns:
+  """Appends to one session from this process take turns, as in DatabaseSessionService.
+
+  ADK's live mode appends from two tasks at once to the same ``Session``
+  object (user content while model events stream in). Each append sends the
+  copy's version marker and advances it only when Redis answers, so without
+  turns every append after the first was refused as stale. One lock per
+  session and event loop (an ``asyncio.Lock`` belongs to one loop, and ADK's
+  sync ``Runner.run`` starts a loop per call), dropped when nobody holds it.
+  """
+
+  def __init__(self) -> None:
+    self._locks: dict[tuple, list] = {}  # key -> [lock, holders and waiters]
+
+  @contextlib.asynccontextmanager
+  async def hold(self, session_key: tuple[str, str, str]) -> AsyncIterator[None]:
+    key = (id(asyncio.get_running_loop()), *session_key)
+    entry = self._locks.get(key)
+    if entry is None:
+      entry = self._locks[key] = [asyncio.Lock(), 0]
+    entry[1] += 1
+    try:
+      async with entry[0]:
+        yield
+    finally:
+      entry[1] -= 1
+      if entry[1] == 0:
+        del self._locks[key]
+
+
 class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
   """A BaseSessionService whose sessions any worker can continue.
 
@@ -141,6 +174,7 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
     self._cluster = self._conn.cluster
     self._prefix = ru.check_prefix(key_prefix)
     self._ttl = ru.ttl_ms(ttl_seconds)
+    self._turns = _SessionTurns()
 
   def _keys(self, app_name: str, user_id: str, session_id: str) -> _Keys:
     return _Keys(self._prefix, app_name, user_id, session_id)
@@ -365,6 +399,10 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
   async def append_event(self, session: Session, event: Event) -> Event:
     if event.partial:
       return event
+    async with self._turns.hold((session.app_name, session.user_id, session.id)):
+      return await self._append(session, event)
+
+  async def _append(self, session: Session, event: Event) -> Event:
     # Temp state reaches the caller's session (and is trimmed from the event)
     # only once the append succeeds, as in InMemorySessionService: a refused
     # append leaves both untouched.

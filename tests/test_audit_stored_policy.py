@@ -116,3 +116,38 @@ def test_a_manifest_from_before_the_received_field_replays_identical():
   other["layers"][name]["received"] += 1
   diffs, layers, _ = compare(other, doc)
   assert layers == [name] and "received" in diffs[0]
+
+
+def test_a_manifest_from_before_ranked_rows_replays_identical():
+  """Evidence and memory rows carry the ranker's score and explain since a later version (they
+  said score 0.0, no explain): an older manifest is compared on what it recorded, and a newer
+  one whose recorded score differs is still a difference."""
+  import copy
+
+  from aether_frame.audit.replay import compare
+  from aether_frame.core.compiler import compile_pack
+  from aether_frame.retrieval import default_ranker
+  from aether_frame.tokenizers import get_counter
+
+  items = [Item(id="task:u", layer=Layer.TASK, kind="user_request", text="What did vendor 3 charge?")]
+  items += [Item(id=f"e{i}", layer=Layer.EVIDENCE, text=f"Evidence {i}: vendor {i} pricing detail. " * 10,
+                 provenance={"source": f"artifact://e{i}"}) for i in range(20)]
+  items += [Item(id=f"m{i}", layer=Layer.MEMORY, text=f"Memory {i}: the user asked about vendor {i}.",
+                 provenance={"source": f"memory://{i}", "timestamp": 1.7e9 + i}) for i in range(5)]
+  doc = compile_pack(CompileInput(policy=PackPolicy(), history=[], call=CallInputs(items=items, window=1200, now=1.8e9)),
+                     get_counter(), ranker=default_ranker()).manifest
+  rows = [r for r in doc["items"] if r["layer"] in ("evidence", "memory")]
+  assert {r["status"] for r in rows} >= {"included", "dropped"} and all("explain" in r["meta"] for r in rows)
+  older = copy.deepcopy(doc)
+  for r in older["items"]:
+    if r["layer"] in ("evidence", "memory"):
+      del r["meta"]
+      r["score"] = 0.0
+  assert compare(older, doc) == ([], [], [])
+  other = copy.deepcopy(doc)
+  row = next(r for r in other["items"] if r["layer"] == "evidence")
+  row["score"] += 0.5
+  diffs, layers, _ = compare(other, doc)
+  assert layers == ["evidence"] and f"item {row['id']}: score" in diffs[0]
+  older["items"][0]["status"] = "dropped" if older["items"][0]["status"] != "dropped" else "included"
+  assert compare(older, doc)[0], "an older manifest still differs on what it did record"

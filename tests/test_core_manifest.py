@@ -139,6 +139,31 @@ def test_item_rows_cover_every_call_item_with_a_status():
   assert rows["e1"]["pointer"] == "artifact://reports/q2.md"
 
 
+def test_ranked_rows_carry_the_rankers_score_and_explain_kept_or_dropped():
+  """The rows were built from the items as given: every evidence and memory row said score 0.0 and
+  had no explain, so a dropped item could not say why (docs/retrieval.md, "Explanations")."""
+  from aether_frame.retrieval import default_ranker
+  inp = _input(window=4096)
+  extra = [Item(id=f"k{i}", layer=Layer.EVIDENCE,
+                text=f"Report {i}: " + ("vendor pricing table for May, " if i % 2 else "weather and rainfall, ") * 40,
+                provenance=Provenance(source=f"artifact://k{i}.md")) for i in range(12)]
+  inp = inp.model_copy(update={"call": inp.call.model_copy(update={"items": [*inp.call.items, *extra]})})
+  ranker = default_ranker()
+  m = compile_pack(inp, COUNTER, ranker=ranker).manifest
+  ranked = {i.id: i for i in ranker.rank(inp.call.items[4].text, [i for i in inp.call.items if i.layer is Layer.EVIDENCE],
+                                        layer=Layer.EVIDENCE, now=None)}
+  rows = [r for r in m["items"] if r["layer"] in ("evidence", "memory")]
+  assert {r["status"] for r in rows} >= {"included", "dropped"}  # the window drops some
+  for r in rows:
+    assert set(r["meta"]["explain"]) >= {"bm25", "relevance", "score", "rank"}, r
+    assert r["score"] == r["meta"]["explain"]["score"], r
+    if r["layer"] == "evidence":
+      assert r["score"] == ranked[r["id"]].score
+  dropped = [r for r in rows if r["status"] == "dropped"]
+  kept = [r for r in rows if r["status"] == "included" and r["layer"] == "evidence"]
+  assert max(r["score"] for r in dropped) <= max(r["score"] for r in kept)
+
+
 def test_finalize_then_verify_round_trips_through_canonical_bytes():
   body = _pack().manifest
   doc = manifest_doc.finalize(body, {"compile_ms": 1.5, "guard": {"ok": True}})

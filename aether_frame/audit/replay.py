@@ -170,8 +170,8 @@ took from others' unused tokens, which its ``budget`` already counted)."""
 
 
 def _as_recorded(stored: dict[str, Any], rebuilt: dict[str, Any]) -> dict[str, Any]:
-  """``rebuilt`` without the added layer fields a stored manifest predates: an older
-  manifest is compared on what it recorded, not reported different for a new field."""
+  """``rebuilt`` without what a stored manifest predates: an older manifest is compared on
+  what it recorded, not reported different for a new field."""
   s_layers, r_layers = stored.get("layers"), rebuilt.get("layers")
   if not isinstance(s_layers, dict) or not isinstance(r_layers, dict):
     return rebuilt
@@ -181,7 +181,32 @@ def _as_recorded(stored: dict[str, Any], rebuilt: dict[str, Any]) -> dict[str, A
     if isinstance(old, dict) and isinstance(lay, dict):
       lay = {k: v for k, v in lay.items() if k in old or k not in _ADDED_LAYER_FIELDS}
     layers[name] = lay
-  return {**rebuilt, "layers": layers}
+  return {**rebuilt, "layers": layers, "items": _rows_as_recorded(stored, rebuilt.get("items"))}
+
+
+_RANKED_LAYERS = ("evidence", "memory")
+
+
+def _rows_as_recorded(stored: dict[str, Any], rows: Any) -> Any:
+  """Evidence and memory rows without the ranker's score and explain when the stored manifest
+  predates them: its rows were built from the items as given (score 0.0, no explain) although a
+  ranker ordered them. Recall rows always carried theirs."""
+  s_rows = stored.get("items")
+  if not isinstance(rows, list) or not isinstance(s_rows, list):
+    return rows
+  ranked = [r for r in s_rows if isinstance(r, dict) and r.get("layer") in _RANKED_LAYERS and r.get("kind") != "recall"]
+  ranker = (stored.get("ranking") or {}).get("ranker") if isinstance(stored.get("ranking"), dict) else None
+  if not ranked or ranker is None or any("meta" in r for r in ranked):
+    return rows
+  by_id = {r.get("id"): r for r in ranked}
+  out = []
+  for row in rows:
+    old = by_id.get(row.get("id")) if isinstance(row, dict) else None
+    if old is not None and row.get("layer") == old.get("layer"):
+      row = {k: v for k, v in row.items() if k != "meta"}
+      row["score"] = old.get("score")
+    out.append(row)
+  return out
 
 
 def compare(stored: dict[str, Any], rebuilt: dict[str, Any], *, stored_policy: Optional[dict] = None,

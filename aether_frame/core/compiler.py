@@ -477,6 +477,7 @@ class CompilerSession:
     ranked_evidence = rank_layer(by_layer[Layer.EVIDENCE], query=query, layer=Layer.EVIDENCE, ranker=self.ranker, now=call.now)
     ranked_memory = rank_layer(memory_all, query=query, layer=Layer.MEMORY, ranker=self.ranker, now=call.now)
     ranked_evidence = self._essential_first(ranked_evidence)
+    scored = {i.id: i for i in (*ranked_evidence, *ranked_memory)}  # the manifest rows' score and explain
     # SELECT (memory top-K) before allocating, so unused share flows on.
     non_recall = [i for i in ranked_memory if i.kind != "recall" and not i.pinned]
     over = non_recall[policy.memory_top_k:]
@@ -603,7 +604,7 @@ class CompilerSession:
       self._views = [r for r in self._views if r() is not None]
     self._views.append(weakref.ref(conversation_ids))
     manifest = self._manifest(
-        call, alloc, items, inflight, sent, evidence_sel, memory_sel, recall, events, statuses,
+        call, alloc, items, inflight, sent, evidence_sel, memory_sel, recall, scored, events, statuses,
         input_sha, payload, self._conversation_digest(pinned_before, tail_start), len(conversation_ids),
         tail_start, totals, problems, tools,
     )
@@ -1083,7 +1084,7 @@ class CompilerSession:
       problems.append("step has no acceptance checklist")
     return problems
 
-  def _manifest(self, call, alloc, items, inflight, sent, evidence_sel, memory_sel, recall, events, statuses,
+  def _manifest(self, call, alloc, items, inflight, sent, evidence_sel, memory_sel, recall, scored, events, statuses,
                 input_sha, payload, conversation_sha, kept, tail_start, totals, problems, tools) -> dict[str, Any]:
     layers = {}
     for name in ("system", "task", "tools", "evidence", "memory", "conversation"):
@@ -1101,6 +1102,9 @@ class CompilerSession:
     compressed = {i.id: i for i in evidence_sel.kept + memory_sel.kept if "compressed_from" in i.meta}
     rows = []
     for it in [*items, *recall, *inflight]:
+      ranked = scored.get(it.id)  # evidence and memory as ranked: a dropped item's row says why
+      if ranked is not None and ranked.layer is it.layer:
+        it = ranked
       st = statuses.get(it.id)
       if st is None:
         if it.layer in (Layer.EVIDENCE, Layer.MEMORY):

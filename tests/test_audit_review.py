@@ -168,3 +168,37 @@ def test_a_store_root_lists_users_whose_ids_hold_a_slash(tmp_path, capsys):
   assert sorted((r.user, r.session) for r in refs) == sorted([("team/alice", sid), ("bob", plain)])
   assert main(["replay", str(root)]) == 0
   assert "4 calls: 4 identical" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------- the blob scope's name
+def test_an_app_named_like_the_blob_scope_gets_its_packs_but_no_manifests(tmp_path):
+  """ADK accepts the app name ``context-pack-blobs``: its sessions shared the scope the input
+  blobs live in (listed as artifacts, aged by their lifecycle rule). The writer refuses it by name."""
+  from google.adk.agents import LlmAgent
+  from google.adk.apps import App
+  from google.adk.runners import Runner
+  from google.adk.sessions import InMemorySessionService
+
+  from aether_frame.adk.plugin import LAST_FAULT_KEY, ContextPackPlugin
+  from aether_frame.core.render import PACK_TITLE
+  from aether_frame.offline_model import OfflineLlm
+
+  model = OfflineLlm(default=lambda req: "ok")
+  plugin = ContextPackPlugin(window=4096)
+  svc = FileArtifactService(str(tmp_path / "store"))
+  runner = Runner(app=App(name=BLOB_APP, root_agent=LlmAgent(name="a", model=model, instruction="Be brief."), plugins=[plugin]),
+                  session_service=InMemorySessionService(), artifact_service=svc)
+
+  async def go():
+    s = await runner.session_service.create_session(app_name=BLOB_APP, user_id=USER)
+    async for _ in runner.run_async(user_id=USER, session_id=s.id,
+                                    new_message=types.Content(role="user", parts=[types.Part(text="hello")])):
+      pass
+    return await runner.session_service.get_session(app_name=BLOB_APP, user_id=USER, session_id=s.id)
+
+  session = _run(go())
+  assert PACK_TITLE in model.received[-1].contents[-1].parts[0].text  # the pack was still sent
+  assert plugin.faults == 1
+  fault = session.state[LAST_FAULT_KEY]
+  assert fault["error"] == "ValueError" and f"app name '{BLOB_APP}'" in fault["message"] and "rename the app" in fault["message"]
+  assert not list((tmp_path / "store").rglob("manifest.json*")) and not list((tmp_path / "store").rglob("*.json"))

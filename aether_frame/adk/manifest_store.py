@@ -36,8 +36,10 @@ MANIFEST_MIME = "application/json"
 BLOB_APP = "context-pack-blobs"
 """The artifact scope of input blobs: ``app_name=BLOB_APP, user_id=<user>, session_id=<app>``.
 
-No ADK app can have this name (app names are identifiers), so the plugin's
-``list_artifacts`` never sees a blob, and in GCS every blob sits under
+Reserved: ADK accepts it as an app name (hyphens are allowed), so the writer
+refuses to store manifests for an app of that name (rename the app, or pass
+``ManifestWriter(blob_app=...)``). So the plugin's ``list_artifacts`` never
+sees a blob, and in GCS every blob sits under
 ``context-pack-blobs/<user>/<app>/``: one prefix for a lifecycle rule of its
 own, one prefix per user for deletion on request."""
 BLOB_PREFIX = "context_pack/blobs/"
@@ -272,6 +274,11 @@ class ManifestWriter:
     if service is None:
       self._warn("no-service", "no artifact service configured; context-pack manifests are not stored")
       return None
+    if owner.app_name == self.blob_app:
+      raise ValueError(
+          f"app name {owner.app_name!r} is the scope the manifest store keeps input blobs in: its sessions "
+          f"would list blobs as artifacts and share their lifecycle rule; rename the app, or pass "
+          f"ManifestWriter(blob_app=...) another name")
     entry = make_entry(
         store=store_uri(service), app=owner.app_name, user=owner.user_id, session=owner.session.id,
         filename=self.filename, blob_app=self.blob_app, manifest=doc, blobs={},

@@ -610,6 +610,32 @@ async def test_concurrent_appends_to_one_session_object_all_land_as_in_adk(svc):
   assert not svc._turns._locks  # each lock is dropped once nobody holds it
 
 
+@pytest.mark.parametrize("after", [float("inf"), 1e300, 1e17])
+async def test_an_after_timestamp_past_every_event_returns_none_as_in_adk(svc, after):
+  """It was RedisStoreError "Invalid stream ID": the cutoff did not fit a stream id."""
+  memory = InMemorySessionService()
+  seen = []
+  for service in (svc, memory):
+    s = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    for i in range(3):
+      await service.append_event(s, ev(f"e{i}", ts=1000.0 + i))
+    got = await service.get_session(app_name=APP, user_id="u", session_id="s",
+                                    config=GetSessionConfig(after_timestamp=after))
+    seen.append([e.id for e in got.events])
+  assert seen == [[], []]
+  with pytest.raises(ValueError, match="after_timestamp is NaN"):
+    await svc.get_session(app_name=APP, user_id="u", session_id="s", config=GetSessionConfig(after_timestamp=float("nan")))
+
+
+@pytest.mark.parametrize("ts", [1e17, float("inf"), float("nan")])
+async def test_an_event_timestamp_no_stream_id_holds_is_refused_by_name_and_writes_nothing(svc, ts):
+  s = await svc.create_session(app_name=APP, user_id="u", session_id="s")
+  with pytest.raises(ValueError, match=r"append_event: event 'far' has timestamp .*nothing was written"):
+    await svc.append_event(s, ev("far", ts=ts, delta={"x": 1}))
+  got = await svc.get_session(app_name=APP, user_id="u", session_id="s")
+  assert got.events == [] and got.state == {} and s.events == []
+
+
 async def test_stale_copy_resending_anothers_event_is_stale(svc):
   await svc.create_session(app_name=APP, user_id="u", session_id="s1")
   stale = await svc.get_session(app_name=APP, user_id="u", session_id="s1")

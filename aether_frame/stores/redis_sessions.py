@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 from typing import Any
 from typing import AsyncIterator
 from typing import Optional
@@ -115,6 +116,10 @@ def _merge(
   for key, value in user_state.items():
     merged[State.USER_PREFIX + key] = value
   return merged
+
+
+MAX_EVENT_TIMESTAMP = 9e12
+"""Seconds (the year ~287,000): as stream-id milliseconds, exact in the scripts' doubles (< 2**53)."""
 
 
 class _SessionTurns:
@@ -258,7 +263,12 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
     )
     after = ""
     if config and config.after_timestamp is not None:
-      after = repr(float(config.after_timestamp))
+      cutoff = float(config.after_timestamp)
+      if math.isnan(cutoff):
+        raise ValueError("get_session: config.after_timestamp is NaN")
+      # A stream id holds milliseconds; past MAX_EVENT_TIMESTAMP (which no stored
+      # event exceeds) the id would not parse: the answer is the same, no events.
+      after = repr(min(cutoff, MAX_EVENT_TIMESTAMP))
     with_app = not self._cluster
     res = await self._scripts.run(
         "get", keys.script_keys(with_app), [k, after], operation="get_session"
@@ -403,6 +413,10 @@ class RedisSessionService(ru.RedisStoreBase, BaseSessionService):
       return await self._append(session, event)
 
   async def _append(self, session: Session, event: Event) -> Event:
+    if not (math.isfinite(event.timestamp) and event.timestamp <= MAX_EVENT_TIMESTAMP):
+      raise ValueError(
+          f"append_event: event {event.id!r} has timestamp {event.timestamp!r}; a Redis session"
+          f" takes finite timestamps up to {MAX_EVENT_TIMESTAMP:.0f} s (nothing was written)")
     # Temp state reaches the caller's session (and is trimmed from the event)
     # only once the append succeeds, as in InMemorySessionService: a refused
     # append leaves both untouched.

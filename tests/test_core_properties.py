@@ -78,6 +78,11 @@ def test_pack_fits_window_and_accounts_for_every_item(inp, use_ranker):
   assert real <= math.floor((call.window - reserve) / call.token_scale)
   assert real * call.token_scale + reserve <= call.window
   check_accounting(inp, pack)
+  # A trimmed tail opens on a user turn (pinned groups before the cut aside): Gemini refuses
+  # contents that open with a function call, Anthropic any that open with other than a user.
+  tail = [g for g in inp.history if g.id in set(pack.conversation_ids) and not g.pinned]
+  if pack.manifest["tail"]["start"] > 0 and tail:
+    assert tail[0].role != "model" and not any("function_response" in p for p in tail[0].parts), tail[0].id
 
 
 @given(inp=compile_inputs(), use_ranker=st.booleans(), data=st.data())

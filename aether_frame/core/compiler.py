@@ -161,6 +161,25 @@ def _negative_zero(x: float) -> bool:
   return x == 0.0 and math.copysign(1.0, x) < 0
 
 
+def _too_deep(items: Sequence[Item]) -> str:
+  """Names the item whose parts nest past Python's recursion limit (a tool's deeply nested JSON)."""
+  for it in items:
+    try:
+      canonical_parts_json(it.parts)
+    except RecursionError:
+      return f"item {it.id!r}: parts are nested too deeply to read as JSON"
+    except (TypeError, ValueError):
+      continue
+  return "an item's parts are nested too deeply to read as JSON"
+
+
+def _opens_turn(group: Item) -> bool:
+  """A conversation group a request may start with: not the model's, not a function response."""
+  if group.role == "model":
+    return False
+  return not any(isinstance(part, dict) and "function_response" in part for part in group.parts or ())
+
+
 def _item_digest(item: Item) -> str:
   """Memoised ``_digest``: call items repeat from call to call within a session."""
   key = _fast_key(item)
@@ -188,11 +207,11 @@ def _digest(item: Item) -> str:
   )
   try:
     tail = canonical_parts_json(item.parts) if item.parts is not None else "-"
-  except (TypeError, ValueError) as e:
+  except (TypeError, ValueError, RecursionError) as e:
     raise ValueError(f"item {item.id!r}: parts are not JSON data ({e})") from None
   try:
     meta = canonical_json(item.meta) if item.meta else "{}"
-  except (TypeError, ValueError) as e:
+  except (TypeError, ValueError, RecursionError) as e:
     raise ValueError(f"item {item.id!r}: meta is not JSON data ({e})") from None
   if any(map(_has_separator, fields)) or _has_separator(item.text):
     # A field holding a separator would let two different items join to the same
@@ -271,7 +290,11 @@ class CompilerSession:
     with_parts = [it for it in need if it.parts is not None]
     plain = [it for it in need if it.parts is None]
     tokens: dict[str, int] = {}
-    for it, n in zip(with_parts, count_parts_many([it.parts for it in with_parts], self.counter)):
+    try:
+      counted = count_parts_many([it.parts for it in with_parts], self.counter)
+    except RecursionError:
+      raise ValueError(_too_deep(with_parts)) from None
+    for it, n in zip(with_parts, counted):
       tokens[it.id] = MESSAGE_OVERHEAD + n
     if plain:
       for it, n in zip(plain, self.counter.count_many([it.text for it in plain])):
@@ -568,8 +591,9 @@ class CompilerSession:
         while nxt < len(self.history) and self.history[nxt].pinned:
           nxt += 1  # pinned groups stay in the pack wherever the cut falls
         if nxt < len(self.history):
-          events.append(self._range_event(nxt, nxt + 1, "validate: rendered pack over budget"))
-          tail_start = nxt + 1
+          after = self._opening(nxt + 1)  # the tail still opens on a user turn
+          events.append(self._range_event(nxt, after, "validate: rendered pack over budget"))
+          tail_start = after
           continue
         if cut < len(trimmable):
           self._event(events, statuses, "drop", "conversation", [trimmable[cut]], "validate: rendered pack over budget")
@@ -664,7 +688,10 @@ class CompilerSession:
     for i, n in zip(need, counts):
       it = items[i]
       if it.kind == "user_request" and it.parts:
-        n += count_parts(it.parts, self.counter)
+        try:
+          n += count_parts(it.parts, self.counter)
+        except RecursionError:
+          raise ValueError(_too_deep([it])) from None
       out[i] = it.model_copy(update={"tokens": n})
     return out
 
@@ -860,18 +887,19 @@ class CompilerSession:
     n = len(self.history)
     if n == 0:
       return 0, []
-    start = self._pos.get(hint, 0) if hint is not None else 0
+    start = self._opening(self._pos.get(hint, 0)) if hint is not None else 0
     events: list[dict[str, Any]] = []
     if start > 0:
       events.append(self._range_event(0, start, "older conversation, trimmed in an earlier call (kept out for cache stability)"))
     if self._tail_cost(start) <= budget:
       return start, events
     low = math.floor(budget * self.policy.trim_low_water)
-    new_start = self._first_fitting(low)
+    new_start = self._opening(self._first_fitting(low))
     essentials = max(0, n - self.policy.recent_turns)
     if new_start > essentials:
-      new_start = max(self._first_fitting(budget), start)
-    events.append(self._range_event(start, new_start, "older conversation, chunked trim to the low-water mark"))
+      new_start = max(self._opening(self._first_fitting(budget)), start)
+    if new_start > start:  # (a hint moved to its turn's opening may already be past every group)
+      events.append(self._range_event(start, new_start, "older conversation, chunked trim to the low-water mark"))
     return new_start, events
 
   def _inflight_cut(self, steps: list[Item], hint: Optional[str], budget: int) -> tuple[int, list[dict[str, Any]]]:
@@ -905,6 +933,15 @@ class CompilerSession:
         "stage": "drop", "layer": "conversation", "reason": reason,
         "item_ids": [i.id for i in steps], "pointers": [i.pointer() for i in steps], "tokens": sum(i.tokens for i in steps),
     }
+
+  def _opening(self, start: int) -> int:
+    """The first group at or after ``start`` that can open a request: not the model's turn,
+    not a tool's answer. A trimmed tail starts on one: Gemini refuses contents that open
+    with a function call, and Anthropic any that open with other than a user message."""
+    n = len(self.history)
+    while 0 < start < n and not _opens_turn(self.history[start]):
+      start += 1
+    return start
 
   def _first_fitting(self, budget: int) -> int:
     """Smallest start whose tail (plus earlier pinned groups) fits ``budget``."""

@@ -1,0 +1,70 @@
+"""A trimmed request starts on a user turn, through a real Runner.
+
+Gemini refuses contents that open with a function call, and Anthropic any
+that open with other than a user message. The tail was cut at any group
+boundary: of 28 requests of a tool-calling chat under a 2,048-token window,
+12 opened with the model's reply and one with its function call.
+"""
+
+from __future__ import annotations
+
+from google.adk.agents import LlmAgent
+
+from aether_frame.adk.plugin import ContextPackPlugin
+from aether_frame.core.compiler import CallInputs, CompileInput, compile_pack
+from aether_frame.core.items import Item, Layer
+from aether_frame.core.policy import PackPolicy
+from aether_frame.offline_model import OfflineLlm, tool_call
+from aether_frame.tokenizers import get_counter
+from tests.adk_support import fits, manifests, make_runner, new_session, say
+
+FILL = "Notes on vendor pricing, support tiers and rollout dates. " * 4
+
+
+def get_weather(city: str) -> dict:
+  """Weather for a city."""
+  return {"city": city, "forecast": "sunny and mild with light winds from the west " * 6}
+
+
+def _reply(request):
+  answered = any(p.function_response for c in request.contents[-2:] for p in c.parts or ())
+  return "Answer. " + FILL if answered else tool_call("get_weather", {"city": "Paris"})
+
+
+async def test_every_trimmed_request_of_a_tool_calling_chat_opens_with_a_user_turn():
+  model = OfflineLlm(default=_reply)
+  plugin = ContextPackPlugin(window=2048)
+  runner = make_runner(LlmAgent(name="a", model=model, instruction="Help.", tools=[get_weather]), [plugin])
+  session = await new_session(runner)
+  for t in range(14):
+    await say(runner, session.id, f"Turn {t}: weather? " + FILL)
+  docs = await manifests(runner, session.id)
+  assert plugin.faults == 0 and len(model.received) == len(docs) == 28
+  assert sum(1 for d in docs if d["tail"]["start"]) > 10, "the window must trim: nothing was tested"
+  for i, request in enumerate(model.received):
+    first = request.contents[0]
+    assert first.role == "user", (i, first)
+    assert not any(p.function_response or p.function_call for p in first.parts or ()), (i, first)
+    fits(request, 2048, docs[i]["reserve"])
+    assert docs[i]["runtime"]["guard"]["ok"], docs[i]["runtime"]["guard"]
+
+
+def test_the_cut_moves_forward_to_a_user_turn_and_records_what_it_drops():
+  counter = get_counter()
+  history = []
+  for t in range(30):  # user, model call + tool response, model answer
+    history.append(Item(id=f"u{t}", layer=Layer.CONVERSATION, role="user", parts=[{"text": f"Turn {t}. " + FILL}]))
+    history.append(Item(id=f"c{t}", layer=Layer.CONVERSATION, role="model", parts=[
+        {"function_call": {"id": f"f{t}", "name": "get_weather", "args": {"city": "Paris"}}},
+        {"function_response": {"id": f"f{t}", "name": "get_weather", "response": {"ok": FILL}}}]))
+    history.append(Item(id=f"a{t}", layer=Layer.CONVERSATION, role="model", parts=[{"text": "Answer. " + FILL}]))
+  items = [Item(id="task:u", layer=Layer.TASK, kind="user_request", text="And tomorrow?")]
+  for window in range(1500, 6000, 97):  # many budgets: cuts that would land on c/a groups
+    pack = compile_pack(CompileInput(policy=PackPolicy(), history=history, call=CallInputs(items=items, window=window)), counter)
+    kept = pack.conversation_ids
+    assert not kept or kept[0].startswith("u"), (window, kept[:2])
+    dropped = set()
+    for e in pack.manifest["truncation_events"]:
+      if e["layer"] == "conversation" and "range" in e:
+        dropped.update(g.id for g in history[e["range"]["start"]:e["range"]["end"]])
+    assert set(kept).isdisjoint(dropped) and set(kept) | dropped == {g.id for g in history}, window  # nothing lost

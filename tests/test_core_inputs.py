@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from aether_frame.calibration import Calibrator
+from aether_frame.core.allocator import ContextBudgetExhausted
 from aether_frame.core.compiler import CallInputs, CompileInput, CompilerSession, compile_pack
 from aether_frame.core.items import Item, Layer, Provenance
 from aether_frame.core.policy import PackPolicy
@@ -96,6 +97,43 @@ def test_meta_that_is_not_json_names_the_item():
   with pytest.raises(ValueError, match=r"item 'h0': parts are not JSON data"):
     session.extend_history([Item(id="h0", layer=Layer.CONVERSATION, role="user", parts=[{"text": "x", "n": float("inf")}])])
   assert session.history_ids() == []
+
+
+def _nested(depth: int):
+  value: object = "leaf"
+  for _ in range(depth):
+    value = {"a": value}
+  return value
+
+
+def test_json_nested_past_the_recursion_limit_is_a_named_error_or_left_as_is():
+  """Each was a bare RecursionError from deep inside (found by fuzzing)."""
+  deep = _nested(5000)
+  with pytest.raises(ValueError, match=r"item 'memory:0': meta is not JSON data"):
+    _pack([*_base(), Item(id="memory:0", layer=Layer.MEMORY, text="m", meta={"x": deep})], window=100_000)
+  group = Item(id="h0", layer=Layer.CONVERSATION, role="user",
+               parts=[{"function_response": {"id": "c", "name": "f", "response": deep}}])
+  session = CompilerSession(PackPolicy(), COUNTER)
+  with pytest.raises(ValueError, match=r"item 'h0': parts are nested too deeply to read as JSON"):
+    session.extend_history([group])
+  assert session.history_ids() == []  # all or nothing
+  with pytest.raises(ValueError, match=r"item 'h0': parts are nested too deeply"):
+    _pack(_base(), history=[group], window=100_000)
+  # A tool declaration's text is only read to trim its examples: nested too deeply, it is left as it is.
+  tool = Item(id="tool:t", layer=Layer.TOOLS, kind="tool", text="[" * 1000 + "]" * 1000, pinned=True, meta={"name": "t"})
+  with pytest.raises(ContextBudgetExhausted):  # the ladder ran past the tool (200 tokens hold no pack)
+    _pack([*_base(), tool], window=200)
+
+
+@pytest.mark.parametrize("key", ["access_count", "salience", "last_access"])
+def test_a_meta_integer_past_floats_range_is_ignored_by_the_ranker(key):
+  """JSON integers are unbounded: float() of a 401-digit one raised OverflowError in the ranker."""
+  import json
+  meta = json.loads('{"%s": 1%s}' % (key, "0" * 400))
+  items = [*_base("budget"), Item(id="memory:0", layer=Layer.MEMORY, kind="memory", text="budget notes", meta=meta)]
+  inp = CompileInput(policy=PackPolicy(), call=CallInputs(items=items, window=8000))
+  pack = compile_pack(inp, COUNTER, ranker=default_ranker())
+  assert "memory:0" in {r["id"] for r in pack.manifest["items"] if r["status"] == "included"}
 
 
 def test_lone_surrogates_compile():

@@ -229,7 +229,7 @@ def trim_tool_examples(declaration_json: str) -> str:
 
   try:
     decl = json.loads(declaration_json)
-  except ValueError:
+  except (ValueError, RecursionError):  # not JSON, or nested past the recursion limit: left as it is
     return declaration_json
 
   def walk(node):
@@ -239,7 +239,10 @@ def trim_tool_examples(declaration_json: str) -> str:
       return [walk(v) for v in node]
     return node
 
-  trimmed = walk(decl)
+  try:
+    trimmed = walk(decl)
+  except RecursionError:
+    return declaration_json
   if trimmed == decl:
     return declaration_json
   return json.dumps(trimmed, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

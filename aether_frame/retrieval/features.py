@@ -274,5 +274,8 @@ def num(value: Any) -> Optional[float]:
   """A finite number from item meta, or None (meta is free-form JSON)."""
   if isinstance(value, bool) or not isinstance(value, (int, float)):
     return None
-  value = float(value)
+  try:
+    value = float(value)
+  except OverflowError:  # an int past float's range (JSON integers are unbounded)
+    return None
   return value if math.isfinite(value) else None

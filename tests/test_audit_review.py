@@ -202,3 +202,40 @@ def test_an_app_named_like_the_blob_scope_gets_its_packs_but_no_manifests(tmp_pa
   fault = session.state[LAST_FAULT_KEY]
   assert fault["error"] == "ValueError" and f"app name '{BLOB_APP}'" in fault["message"] and "rename the app" in fault["message"]
   assert not list((tmp_path / "store").rglob("manifest.json*")) and not list((tmp_path / "store").rglob("*.json"))
+
+
+# ------------------------------------------------------------------ rewind
+def test_a_rewinds_copy_of_a_manifest_is_not_counted_as_a_call(tmp_path, capsys):
+  """``Runner.rewind_async`` restores every session artifact to its version at the rewind point by
+  saving it again: the report showed that copy as a call, with a cache break against it."""
+  from google.adk.agents import LlmAgent
+
+  from aether_frame.adk.plugin import ContextPackPlugin
+  from aether_frame.offline_model import OfflineLlm
+  from tests.adk_support import make_runner, new_session, say
+
+  store = tmp_path / "store"
+  model = OfflineLlm(default="ok")
+  runner = make_runner(LlmAgent(name="a", model=model, instruction="Answer."), [ContextPackPlugin(window=100_000)],
+                       artifact_service=FileArtifactService(str(store)))
+
+  async def go():
+    s = await new_session(runner, session_id="s1")
+    for t in range(4):
+      await say(runner, s.id, f"turn {t}")
+    events = (await runner.session_service.get_session(app_name=runner.app_name, user_id=s.user_id, session_id=s.id)).events
+    second = next(e.invocation_id for e in events if e.author == "user" and e.content.parts[0].text == "turn 2")
+    await runner.rewind_async(user_id=s.user_id, session_id=s.id, rewind_before_invocation_id=second)
+    await say(runner, s.id, "turn new")
+    return s
+
+  s = _run(go())
+  versions = sorted(store.rglob("s1/artifacts/context_pack/manifest.json/versions/*/manifest.json"))
+  assert len(model.received) == 5 and len(versions) == 6  # 5 calls and the rewind's copy of v1
+  out = tmp_path / "r.html"
+  assert main(["report", str(store), "-o", str(out)]) == 0
+  assert capsys.readouterr().out.rstrip().endswith(" bytes, 5 calls)")
+  page = out.read_text(encoding="utf-8")
+  assert "5 calls · " in page and "1 version a rewind saved again" in page
+  assert "not a call: a rewind saved v1 again" in page
+  assert page.count("call 5<br>") == 1 and "call 6<br>" not in page

@@ -9,7 +9,9 @@ assets: the file opens anywhere and survives being mailed around.
 
 from __future__ import annotations
 
+import hashlib
 import html
+import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -36,6 +38,16 @@ class CallRow:
   events: list[dict[str, Any]] = field(default_factory=list)
   first: bool = False
   """The first call of its agent here: nothing of its own before it to share a cache with."""
+  restored_from: Optional[int] = None
+  """Not a call: the version a rewind saved again (``Runner.rewind_async`` restores each
+  artifact of the session to its version at the rewind point, the manifest included)."""
+
+
+def _doc_key(doc: Any) -> Optional[str]:
+  try:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode("utf-8", "surrogatepass")).hexdigest()
+  except (TypeError, ValueError, RecursionError):
+    return None
 
 
 async def collect(source, ref: SessionRef) -> list[CallRow]:
@@ -48,6 +60,7 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
   # Each agent's cache follows its own calls (its instruction and tools lead the
   # prompt): a session holds several agents' calls (transfers, AgentTool children).
   prev: dict[str, Optional[Rebuilt]] = {}
+  seen: dict[str, int] = {}  # manifest -> the version that stored it first
   for v in await source.versions(ref):
     try:
       call = await source.load(ref, v)
@@ -55,6 +68,12 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
       rows.append(CallRow(f"{ref.label()} v{v}", v, {}, error=_without(str(e), f"{source.uri} {ref.label()} v{v}")))
       prev = {agent: None for agent in prev}  # whose call it was is unknown
       continue
+    key = _doc_key(call.doc)
+    if key is not None and key in seen:  # no two calls share a runtime section: a rewind's copy
+      rows.append(CallRow(call.label, v, {}, restored_from=seen[key]))
+      continue
+    if key is not None:
+      seen[key] = v
     doc = manifest_doc.verify(call.doc, where=call.where)  # a tampered manifest stops the report
     row = CallRow(call.label, v, manifest_doc.body_of(doc), events=list(doc.get("truncation_events") or []))
     agent = f'{doc.get("agent") or "?"} {doc.get("lane") or ""}'.strip()  # parallel runs are told apart
@@ -142,7 +161,15 @@ def render_html(ref: SessionRef, rows: list[CallRow], *, title: Optional[str] = 
   legend += '<span class="key"><i class="breakkey"></i>cache break</span>'
   body_rows = []
   n_events = 0
-  for i, row in enumerate(rows):
+  calls = [row for row in rows if row.restored_from is None]
+  for row in rows:
+    if row.restored_from is not None:
+      body_rows.append(
+          f'<tr><td class="call">v{_e(row.version)}</td><td class="barcell" colspan="2"><div class="meta">not a call: '
+          f'a rewind saved v{_e(row.restored_from)} again (Runner.rewind_async restores the manifest of the rewind '
+          f'point)</div></td></tr>')
+      continue
+    i = calls.index(row)
     b = row.body
     totals = b.get("totals") or {}
     events = row.events
@@ -160,8 +187,10 @@ def render_html(ref: SessionRef, rows: list[CallRow], *, title: Optional[str] = 
         f'<td class="cache">{_cache_cell(row, row.first)}</td></tr>'
     )
   head = next((r.body for r in rows if r.body), {})
-  summary = (f"{len(rows)} calls · window {head.get('window', 0):,} tokens · "
-             f"{n_events} truncation events · tokenizer {_e((head.get('tokenizer') or {}).get('name', '?'))}")
+  restored = len(rows) - len(calls)
+  summary = (f"{len(calls)} calls · window {head.get('window', 0):,} tokens · "
+             f"{n_events} truncation events · tokenizer {_e((head.get('tokenizer') or {}).get('name', '?'))}"
+             + (f" · {restored} version{'s' if restored != 1 else ''} a rewind saved again" if restored else ""))
   return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>
 <style>

@@ -22,6 +22,8 @@ from aether_frame.core.windows import ModelWindows
     ({"window_overrides": {1: 100}}, ValueError, "window_overrides keys must be model names"),
     ({"window_overrides": {"m": True}}, ValueError, "window for model 'm' must be a positive int"),
     ({"window": True}, ValueError, "window must be a positive int"),
+    ({"window": 2**41}, ValueError, "window must be a positive int of at most 2\\*\\*40 tokens"),
+    ({"window_overrides": {"m": 10**309}}, ValueError, "window for model 'm' must be a positive int of at most"),
     ({"counter": "tiktoken"}, TypeError, "counter must be a TokenCounter"),
     ({"manifest_writer": "gs://bucket"}, TypeError, "manifest_writer must be a ManifestWriter"),
     ({"include_artifacts": "no"}, TypeError, "include_artifacts must be True or False"),

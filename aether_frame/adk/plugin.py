@@ -51,7 +51,7 @@ from ..calibration import Calibrator
 from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompilerSession
 from ..core.costing import GEMINI_2_MEDIA, MediaCounter, TokenCounter, count_parts, media_rules_for_model
-from ..core.items import FINISHED_STEP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
+from ..core.items import FINISHED_STEP, MAX_TOKENS, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
 from ..core.policy import OverflowPolicy, PackPolicy, ToolScoping
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
@@ -267,8 +267,8 @@ class ContextPackPlugin(BasePlugin):
     for agent, pol in (agent_policies or {}).items():
       if not isinstance(pol, PackPolicy):
         raise TypeError(f"agent_policies[{agent!r}] must be a PackPolicy, got {type(pol).__name__}")
-    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window <= 0):
-      raise ValueError(f"window must be a positive int, got {window!r}")
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or not 0 < window <= MAX_TOKENS):
+      raise ValueError(f"window must be a positive int of at most 2**40 tokens, got {window!r}")
     missing = [m for m in ("count", "count_many", "describe") if not callable(getattr(counter, m, None))]
     if counter is not None and missing:
       raise TypeError(f"counter must be a TokenCounter (see aether_frame.tokenizers.get_counter); "

@@ -21,7 +21,7 @@ from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
 from .canonical import canonical_json, canonical_parts_json, chain_step, digest, sha256_hex
 from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
-from .items import FINISHED_STEP, MAX_TIMESTAMP, MIN_TIMESTAMP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer
+from .items import FINISHED_STEP, MAX_TIMESTAMP, MAX_TOKENS, MIN_TIMESTAMP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer
 from .kept_ids import KeptIds
 from .memo import MEMO_CHARS, BoundedMemo, LastCallMemo
 from .policy import OverflowPolicy, PackPolicy
@@ -51,8 +51,8 @@ class CallInputs(BaseModel):
 
   items: list[Item]
   inflight: list[Item] = Field(default_factory=list)
-  window: int = Field(gt=0)
-  max_output_tokens: Optional[int] = Field(default=None, ge=0)
+  window: int = Field(gt=0, le=MAX_TOKENS)
+  max_output_tokens: Optional[int] = Field(default=None, ge=0, le=MAX_TOKENS)
   tail_hint: Optional[str] = None
   """Id of the oldest history group the previous call kept (hysteresis)."""
   inflight_hint: Optional[str] = None

@@ -42,6 +42,9 @@ class Trust(str, Enum):
 
 MIN_TIMESTAMP = -62_135_596_800.0
 """0001-01-01T00:00:00Z: timestamps are rendered as calendar dates."""
+MAX_TOKENS = 2**40
+"""A bound on windows and output limits (a trillion tokens): past float's range the allocator's
+arithmetic failed with a bare OverflowError; pydantic now names the field."""
 MAX_TIMESTAMP = 253_402_300_799.0
 """9999-12-31T23:59:59Z."""
 
@@ -88,7 +91,7 @@ class Item(BaseModel):
   role: Optional[str] = None
   """For conversation items: the genai role (``user`` or ``model``)."""
   tokens: Optional[int] = Field(default=None, ge=0)
-  priority: int = 0
+  priority: int = Field(default=0, ge=-2**53, le=2**53)  # (a 5,000-digit int failed deep in the digest)
   """Higher first; ties are broken by score, then by input order."""
   score: float = 0.0
   provenance: Provenance = Field(default_factory=Provenance)

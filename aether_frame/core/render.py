@@ -83,10 +83,10 @@ def _item_line(item: Item) -> str:
   text = _one_line(item.text)
   layer = item.layer.value
   if layer == "evidence":
-    src = item.provenance.source or item.id
+    src = _one_line(item.provenance.source or "") or item.id  # one entry, one line, whatever the source holds
     return f"- {src} ({_stamp(item.provenance.timestamp, False)}): {text}"
   if layer == "memory":
-    who = item.provenance.author or item.kind or "memory"
+    who = _one_line(item.provenance.author or "") or item.kind or "memory"
     return f"- ({_stamp(item.provenance.timestamp, True)}, {who}) {text}"
   if item.kind == "acceptance":
     return f"- [ ] {text}"

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Mapping, Optional
 
+from .items import MAX_TOKENS
+
 DEFAULT_WINDOWS: dict[str, int] = {
     # Gemini
     "gemini-3-pro": 1_048_576,
@@ -89,8 +91,8 @@ class ModelWindows:
     for name, size in (overrides or {}).items():
       if not isinstance(name, str) or not name.strip():
         raise ValueError(f"window_overrides keys must be model names, got {name!r}")
-      if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
-        raise ValueError(f"window for model {name!r} must be a positive int, got {size!r}")
+      if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= MAX_TOKENS:
+        raise ValueError(f"window for model {name!r} must be a positive int of at most 2**40 tokens, got {size!r}")
       table[_key(name)] = size
     self._table = table
 

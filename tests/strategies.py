@@ -377,6 +377,22 @@ def compressed_line_present(it: Item, payload: str) -> bool:
   return False
 
 
+def _opens_turn(group: Item) -> bool:
+  return group.role != "model" and not any(isinstance(p, dict) and "function_response" in p for p in group.parts or ())
+
+
+def pending_openers(history: list[Item]) -> set[int]:
+  """Positions kept with the pinned groups: the user turn (within 64 groups) before each pinned
+  group that cannot open a request, since a request may not open on a function call."""
+  out = set()
+  for p, h in enumerate(history):
+    if h.pinned and not _opens_turn(h):
+      q = next((q for q in range(p - 1, max(-1, p - 65), -1) if _opens_turn(history[q])), None)
+      if q is not None:
+        out.add(q)
+  return out
+
+
 def check_accounting(inp: CompileInput, pack: CompiledPack) -> None:
   """Every input item is in the pack or named by a truncation event (and not both)."""
   m = pack.manifest
@@ -416,19 +432,21 @@ def check_accounting(inp: CompileInput, pack: CompiledPack) -> None:
       assert stages == {"filter"}, stages
       assert rows[it.id]["status"] == "filtered", rows[it.id]
   kept = set(pack.conversation_ids)
+  anchors = pending_openers(inp.history)
   for pos, g in enumerate(inp.history):
     in_range = any(ev["range"]["start"] <= pos < ev["range"]["end"] for ev in ranges)
     if g.id in kept:
       assert g.id not in named, f"history group {g.id} kept and named as dropped"
       continue
     assert not g.pinned, f"pinned history group {g.id} was dropped"
+    assert pos not in anchors, f"history group {g.id}, the user turn of a pending call, was dropped"
     assert g.id in named or in_range, f"history group {g.id} vanished without a truncation event"
   # The kept tail is chronological; unpinned kept groups are a suffix.
   pos_of = {h.id: p for p, h in enumerate(inp.history)}
   positions = [pos_of[g] for g in pack.conversation_ids]
   assert positions == sorted(positions)
-  unpinned = [p for p, h in enumerate(inp.history) if not h.pinned]
-  kept_unpinned = [p for p in positions if not inp.history[p].pinned]
+  unpinned = [p for p, h in enumerate(inp.history) if not h.pinned and p not in anchors]
+  kept_unpinned = [p for p in positions if not inp.history[p].pinned and p not in anchors]
   assert kept_unpinned == unpinned[len(unpinned) - len(kept_unpinned):], "kept conversation is not a tail"
   # In-flight items: pinned ones always sent; a trimmed one is named by a drop
   # event and is older than every trimmable one sent.
@@ -444,7 +462,8 @@ def check_accounting(inp: CompileInput, pack: CompiledPack) -> None:
   kept_trimmable = [i for i in trimmable if i in set(sent)]
   assert kept_trimmable == trimmable[len(trimmable) - len(kept_trimmable):], "kept in-flight steps are not the newest"
   if kept_trimmable != trimmable:
-    assert not [g for g in pack.conversation_ids if not next(h for h in inp.history if h.id == g).pinned], \
+    held = {inp.history[p].id for p in pending_openers(inp.history)}
+    assert not [g for g in pack.conversation_ids if not next(h for h in inp.history if h.id == g).pinned and g not in held], \
         "in-flight steps trimmed while older history was kept"
   # BUDGET names what the drop stage removed.
   budget = parse_budget(payload)

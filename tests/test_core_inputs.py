@@ -217,16 +217,18 @@ def test_a_trimmed_range_counts_only_the_groups_it_drops():
                   parts=[{"text": f"Turn {i}. " + "we discussed pricing " * 30}]) for i in range(30)]
   pack = _pack(_base(), history, window=2000)
   drops = [e for e in pack.manifest["truncation_events"] if e["layer"] == "conversation" and "range" in e]
-  assert drops and "h3" in pack.conversation_ids
-  tokens = {r["id"]: r["tokens"] for r in pack.manifest["items"] if r["layer"] == "conversation"}
+  # h3 (the model's, pinned) stays, and so does h2, the user turn it answers: a request may not open on h3.
+  assert drops and "h3" in pack.conversation_ids and list(pack.conversation_ids)[:2] == ["h2", "h3"]
+  rows = {r["id"]: r for r in pack.manifest["items"] if r["layer"] == "conversation"}
+  assert rows["h2"]["reason"] == "kept: the user turn of a pending call"
   session = CompilerSession(PackPolicy(), COUNTER)
   session.extend_history(history)
   cost = {h: session.history_group(h).tokens for h in session.history_ids()}
   for e in drops:
     ids = session.history_ids()[e["range"]["start"]:e["range"]["end"]]
-    assert e["tokens"] == sum(cost[i] for i in ids if i != "h3")
-    assert "h3" not in e.get("item_ids", [])
-  assert tokens["h3"] == cost["h3"]
+    assert e["tokens"] == sum(cost[i] for i in ids if i not in ("h2", "h3"))
+    assert not {"h2", "h3"} & set(e.get("item_ids", []))
+  assert rows["h3"]["tokens"] == cost["h3"] and rows["h2"]["tokens"] == cost["h2"]
 
 
 @pytest.mark.parametrize("field, value", [("window", 10**309), ("max_output_tokens", 2**41)])

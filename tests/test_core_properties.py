@@ -25,7 +25,7 @@ from aether_frame.core.rank import ScanHistoryIndex
 from aether_frame.retrieval import default_ranker
 from aether_frame.tokenizers import TiktokenCounter, get_counter
 
-from tests.strategies import check_accounting, compile_inputs, recount, reserve_of
+from tests.strategies import pending_openers, check_accounting, compile_inputs, recount, reserve_of
 
 COUNTER = get_counter()
 OTHER_COUNTER = TiktokenCounter("o200k_base")
@@ -48,9 +48,11 @@ def _bytes(pack) -> tuple[str, bytes]:
 
 
 def _stripped(inp: CompileInput) -> CompileInput:
-  """Only what can never be dropped: fixed tiers, pinned history, in-flight steps."""
+  """Only what can never be dropped: fixed tiers, pinned history (with the user turns of
+  pending calls), in-flight steps."""
   call = inp.call.model_copy(update={"items": [i for i in inp.call.items if i.layer in FIXED_LAYERS], "tail_hint": None})
-  return inp.model_copy(update={"history": [h for h in inp.history if h.pinned], "call": call})
+  held = pending_openers(inp.history)
+  return inp.model_copy(update={"history": [h for p, h in enumerate(inp.history) if h.pinned or p in held], "call": call})
 
 
 # The fence marker is a hash of the input and the BUDGET line names what was

@@ -68,3 +68,34 @@ def test_the_cut_moves_forward_to_a_user_turn_and_records_what_it_drops():
       if e["layer"] == "conversation" and "range" in e:
         dropped.update(g.id for g in history[e["range"]["start"]:e["range"]["end"]])
     assert set(kept).isdisjoint(dropped) and set(kept) | dropped == {g.id for g in history}, window  # nothing lost
+
+
+def long_job(x: str) -> dict:
+  """Starts a long job."""
+  return None
+
+
+async def test_a_pending_long_running_call_from_a_trimmed_turn_comes_after_its_user_turn():
+  """The pending call is never dropped, and came first once its own user turn was cut."""
+  from google.adk.tools.long_running_tool import LongRunningFunctionTool
+  from google.genai import types
+
+  call = types.Content(role="model", parts=[types.Part(function_call=types.FunctionCall(name="long_job", args={"x": "beta"}))])
+  model = OfflineLlm(script=[call, "beta is running."] + [f"Reply {t}. " + FILL * 2 for t in range(10)], default="4")
+  plugin = ContextPackPlugin(window=2048)
+  runner = make_runner(LlmAgent(name="a", model=model, instruction="Help.", tools=[LongRunningFunctionTool(long_job)]), [plugin])
+  session = await new_session(runner)
+  await say(runner, session.id, "start job beta")
+  for t in range(10):
+    await say(runner, session.id, f"Turn {t}: " + FILL * 2)
+  await say(runner, session.id, "meanwhile, what's 2+2?")
+  docs = await manifests(runner, session.id)
+  last = model.received[-1].contents
+  assert plugin.faults == 0 and docs[-1]["tail"]["start"] > 2, "the window must trim past the call: nothing was tested"
+  assert [c.role for c in last[:2]] == ["user", "model"]
+  assert last[0].parts[0].text == "start job beta" and last[1].parts[0].function_call.name == "long_job"
+  rows = {r["id"]: r for r in docs[-1]["items"] if r["layer"] == "conversation"}
+  assert sorted(r["reason"] for r in rows.values() if r.get("reason", "").startswith(("pinned", "kept:"))) == [
+      "kept: the user turn of a pending call", "pinned (pending call or confirmation)"]
+  for i, request in enumerate(model.received):
+    assert request.contents[0].role == "user", i

@@ -261,6 +261,11 @@ class CompilerSession:
     self._chain: list[str] = [""]
     self._pos: dict[str, int] = {}
     self._pinned: list[int] = []
+    """Positions kept wherever the cut falls: pinned groups, and the user turn that opens each
+    pinned group that cannot open a request itself (``_anchor``), sorted."""
+    self._pinned_set: set[int] = set()
+    self._pinned_groups: list[int] = []
+    """Positions of the groups flagged ``pinned`` (a pending call, a confirmation)."""
     self._call_memo = LastCallMemo()
     """Call item key → (costed copy, digest); the plugin rebuilds equal items every call."""
     self._recall_tokens = LastCallMemo()
@@ -301,13 +306,34 @@ class CompilerSession:
         tokens[it.id] = MESSAGE_OVERHEAD + n
     return [it if it.tokens is not None else it.model_copy(update={"tokens": tokens[it.id], **update}) for it in items]
 
+  def _set_pinned(self) -> None:
+    kept = set(self._pinned_groups)
+    kept.update(a for a in map(self._anchor, self._pinned_groups) if a is not None)
+    self._pinned = sorted(kept)
+    self._pinned_set = kept
+
+  def _anchor(self, pos: int) -> Optional[int]:
+    """The user turn before a pinned group that cannot open a request (a pending call, say).
+
+    Pinned groups stay however far back the cut falls, and they come first: a pending
+    function call whose own user turn was cut opened the request, which Gemini and
+    Anthropic refuse. Looked for among the 64 groups before it.
+    """
+    if _opens_turn(self.history[pos]):
+      return None
+    for q in range(pos - 1, max(-1, pos - 65), -1):
+      if _opens_turn(self.history[q]):
+        return q
+    return None
+
   def reset_history(self) -> None:
     self.history.clear()
     self._cum = [0]
     self._media = [0]
     self._chain = [""]
     self._pos.clear()
-    self._pinned.clear()
+    self._pinned_groups.clear()
+    self._set_pinned()
     self._release_views(0)
     self._ids.clear()
     self._digests.clear()
@@ -343,7 +369,9 @@ class CompilerSession:
       self._media.append(self._media[-1] + (_inline_chars(group.parts) if group.parts else 0))
       self._chain.append(sha256_hex(self._chain[-1] + d))
       if group.pinned:
-        self._pinned.append(pos)
+        self._pinned_groups.append(pos)
+    if any(g.pinned for g in costed):
+      self._set_pinned()
 
   def truncate_history(self, n: int) -> None:
     """Keeps the first ``n`` groups (the last one may be re-grouped by the caller)."""
@@ -359,7 +387,8 @@ class CompilerSession:
     self._release_views(n)
     del self._ids[n:]
     del self._digests[n:]
-    self._pinned = [p for p in self._pinned if p < n]
+    self._pinned_groups = [p for p in self._pinned_groups if p < n]
+    self._set_pinned()
     if self._kept_key is not None:
       start = self._kept_key[0]
       if n < start:
@@ -588,7 +617,7 @@ class CompilerSession:
         continue
       if not self._shed_one(memory_sel, evidence_sel, events, statuses, "validate: rendered pack over budget"):
         nxt = tail_start
-        while nxt < len(self.history) and self.history[nxt].pinned:
+        while nxt < len(self.history) and nxt in self._pinned_set:
           nxt += 1  # pinned groups stay in the pack wherever the cut falls
         if nxt < len(self.history):
           after = self._opening(nxt + 1)  # the tail still opens on a user turn
@@ -875,7 +904,7 @@ class CompilerSession:
 
   def _in_tail(self, group_id: Optional[str], tail_start: int) -> bool:
     pos = self._pos.get(group_id, -1) if isinstance(group_id, str) else -1  # meta values may be unhashable
-    return pos >= tail_start or (pos >= 0 and self.history[pos].pinned)
+    return pos >= tail_start or pos in self._pinned_set
 
   def _tail_cost(self, start: int) -> int:
     cost = self._cum[-1] - self._cum[start]
@@ -954,7 +983,7 @@ class CompilerSession:
     return lo
 
   def _range_event(self, start: int, end: int, reason: str) -> dict[str, Any]:
-    dropped = [p for p in range(start, end) if not self.history[p].pinned] if end - start <= 64 else None
+    dropped = [p for p in range(start, end) if p not in self._pinned_set] if end - start <= 64 else None
     event: dict[str, Any] = {
         "stage": "drop",
         "layer": "conversation",
@@ -1165,7 +1194,8 @@ class CompilerSession:
       rows.append(row)
     pinned_rows = [
         {"id": self.history[p].id, "layer": "conversation", "kind": self.history[p].kind, "tokens": self.history[p].tokens,
-         "score": 0.0, "pointer": self.history[p].pointer(), "status": "included", "reason": "pinned (pending call or confirmation)"}
+         "score": 0.0, "pointer": self.history[p].pointer(), "status": "included",
+         "reason": "pinned (pending call or confirmation)" if self.history[p].pinned else "kept: the user turn of a pending call"}
         for p in self._pinned if p < tail_start
     ]
     uris: set[str] = set()

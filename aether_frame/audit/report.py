@@ -9,13 +9,12 @@ assets: the file opens anywhere and survives being mailed around.
 
 from __future__ import annotations
 
-import hashlib
 import html
-import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..core import manifest as manifest_doc
+from ..core.canonical import digest
 from .diff import CacheBreak, cache_break
 from .replay import Rebuilt, _without, compare, default_ranking, rebuild
 from .source import LocationError, SessionRef
@@ -45,8 +44,8 @@ class CallRow:
 
 def _doc_key(doc: Any) -> Optional[str]:
   try:
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode("utf-8", "surrogatepass")).hexdigest()
-  except (TypeError, ValueError, RecursionError):
+    return digest(doc)
+  except (TypeError, ValueError, RecursionError):  # not a manifest: verify names why, below
     return None
 
 
@@ -161,7 +160,7 @@ def render_html(ref: SessionRef, rows: list[CallRow], *, title: Optional[str] = 
   legend += '<span class="key"><i class="breakkey"></i>cache break</span>'
   body_rows = []
   n_events = 0
-  calls = [row for row in rows if row.restored_from is None]
+  calls = 0
   for row in rows:
     if row.restored_from is not None:
       body_rows.append(
@@ -169,7 +168,7 @@ def render_html(ref: SessionRef, rows: list[CallRow], *, title: Optional[str] = 
           f'a rewind saved v{_e(row.restored_from)} again (Runner.rewind_async restores the manifest of the rewind '
           f'point)</div></td></tr>')
       continue
-    i = calls.index(row)
+    calls += 1
     b = row.body
     totals = b.get("totals") or {}
     events = row.events
@@ -179,7 +178,7 @@ def render_html(ref: SessionRef, rows: list[CallRow], *, title: Optional[str] = 
       ev_html = f'<details><summary>✂ {len(events)} truncation event{"s" if len(events) != 1 else ""}</summary><ul>{"".join(_event_line(e) for e in events)}</ul></details>'
     status = row.replay if not row.error else "error"
     body_rows.append(
-        f'<tr><td class="call">call {i + 1}<br><small>v{_e(row.version)} · {_e(b.get("agent") or "?")}'
+        f'<tr><td class="call">call {calls}<br><small>v{_e(row.version)} · {_e(b.get("agent") or "?")}'
         f'<br>{_e(b.get("pack_id", ""))}</small></td>'
         f'<td class="barcell">{_bar(row)}<div class="meta">{totals.get("tokens", 0):,} / {b.get("window", 0):,} tokens'
         f' ({100.0 * totals.get("tokens", 0) / max(1, b.get("window") or 1):.1f}% of window, usable {b.get("usable", 0):,})'
@@ -187,8 +186,8 @@ def render_html(ref: SessionRef, rows: list[CallRow], *, title: Optional[str] = 
         f'<td class="cache">{_cache_cell(row, row.first)}</td></tr>'
     )
   head = next((r.body for r in rows if r.body), {})
-  restored = len(rows) - len(calls)
-  summary = (f"{len(calls)} calls · window {head.get('window', 0):,} tokens · "
+  restored = len(rows) - calls
+  summary = (f"{calls} calls · window {head.get('window', 0):,} tokens · "
              f"{n_events} truncation events · tokenizer {_e((head.get('tokenizer') or {}).get('name', '?'))}"
              + (f" · {restored} version{'s' if restored != 1 else ''} a rewind saved again" if restored else ""))
   return f"""<!doctype html>

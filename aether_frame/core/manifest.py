@@ -37,10 +37,11 @@ def verify(doc: dict[str, Any], *, where: str = "manifest") -> dict[str, Any]:
   if not isinstance(doc, dict) or CHECKSUM_KEY not in doc:
     raise ManifestIntegrityError(f"{where}: not a manifest (no {CHECKSUM_KEY!r} field)")
   body = body_of(doc)
-  bad = _non_finite_at(body, "")
-  if bad is not None:  # Python's json reads NaN/Infinity, but no manifest we write holds one
-    raise ManifestIntegrityError(f"{where}: not a valid manifest ({bad} is not a finite number)")
-  expected = digest(body)
+  try:
+    expected = digest(body)
+  except ValueError:  # Python's json reads NaN/Infinity, which canonical JSON refuses: say where
+    bad = _non_finite_at(body, "") or "a value"
+    raise ManifestIntegrityError(f"{where}: not a valid manifest ({bad} is not a finite number)") from None
   if doc[CHECKSUM_KEY] != expected:
     raise ManifestIntegrityError(
         f"{where}: checksum mismatch (recorded {doc[CHECKSUM_KEY]}, body hashes to {expected}); refusing a tampered manifest"

@@ -382,12 +382,12 @@ def _opens_turn(group: Item) -> bool:
 
 
 def pending_openers(history: list[Item]) -> set[int]:
-  """Positions kept with the pinned groups: the user turn (within 64 groups) before each pinned
-  group that cannot open a request, since a request may not open on a function call."""
+  """Positions kept with the pinned groups: the nearest user turn before each pinned group
+  that cannot open a request, since a request may not open on a function call."""
   out = set()
   for p, h in enumerate(history):
     if h.pinned and not _opens_turn(h):
-      q = next((q for q in range(p - 1, max(-1, p - 65), -1) if _opens_turn(history[q])), None)
+      q = next((q for q in range(p - 1, -1, -1) if _opens_turn(history[q])), None)
       if q is not None:
         out.add(q)
   return out

@@ -99,3 +99,26 @@ async def test_a_pending_long_running_call_from_a_trimmed_turn_comes_after_its_u
       "kept: the user turn of a pending call", "pinned (pending call or confirmation)"]
   for i, request in enumerate(model.received):
     assert request.contents[0].role == "user", i
+
+
+def test_a_pending_call_keeps_its_user_turn_however_far_back_it_is():
+  """A long tool loop (100 call/response groups) before a long-running call: the user turn
+  that started the invocation is kept with the pending call, and the request opens with it."""
+  counter = get_counter()
+  history = [Item(id="u0", layer=Layer.CONVERSATION, role="user", parts=[{"text": "Run the whole audit."}])]
+  for k in range(100):
+    history.append(Item(id=f"c{k}", layer=Layer.CONVERSATION, role="model", parts=[
+        {"function_call": {"id": f"f{k}", "name": "check", "args": {"n": k}}},
+        {"function_response": {"id": f"f{k}", "name": "check", "response": {"ok": FILL}}}]))
+  history.append(Item(id="job", layer=Layer.CONVERSATION, role="model", pinned=True, parts=[
+      {"function_call": {"id": "lr", "name": "long_job", "args": {"x": "beta"}}}]))
+  for t in range(12):
+    history.append(Item(id=f"u{t + 1}", layer=Layer.CONVERSATION, role="user", parts=[{"text": f"Turn {t}. " + FILL}]))
+    history.append(Item(id=f"a{t + 1}", layer=Layer.CONVERSATION, role="model", parts=[{"text": "Answer. " + FILL}]))
+  items = [Item(id="task:u", layer=Layer.TASK, kind="user_request", text="Status?")]
+  pack = compile_pack(CompileInput(policy=PackPolicy(), history=history, call=CallInputs(items=items, window=4096)), counter)
+  kept = list(pack.conversation_ids)
+  assert pack.manifest["tail"]["start"] > 101, "the window must trim past the pending call: nothing was tested"
+  assert kept[:2] == ["u0", "job"], kept[:4]
+  rows = {r["id"]: r for r in pack.manifest["items"]}
+  assert rows["u0"]["reason"] == "kept: the user turn of a pending call"

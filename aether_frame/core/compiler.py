@@ -266,6 +266,9 @@ class CompilerSession:
     self._pinned_set: set[int] = set()
     self._pinned_groups: list[int] = []
     """Positions of the groups flagged ``pinned`` (a pending call, a confirmation)."""
+    self._openers: list[int] = []
+    """Positions of the groups a request may open with (``_opens_turn``), ascending: where a
+    trimmed tail starts, and the user turn a pending call is kept after, found by bisection."""
     self._call_memo = LastCallMemo()
     """Call item key → (costed copy, digest); the plugin rebuilds equal items every call."""
     self._recall_tokens = LastCallMemo()
@@ -317,14 +320,13 @@ class CompilerSession:
 
     Pinned groups stay however far back the cut falls, and they come first: a pending
     function call whose own user turn was cut opened the request, which Gemini and
-    Anthropic refuse. Looked for among the 64 groups before it.
+    Anthropic refuse. The nearest such turn before it, however far back (None: none).
     """
-    if _opens_turn(self.history[pos]):
+    openers = self._openers
+    i = bisect.bisect_left(openers, pos)
+    if i < len(openers) and openers[i] == pos:
       return None
-    for q in range(pos - 1, max(-1, pos - 65), -1):
-      if _opens_turn(self.history[q]):
-        return q
-    return None
+    return openers[i - 1] if i else None
 
   def reset_history(self) -> None:
     self.history.clear()
@@ -333,6 +335,7 @@ class CompilerSession:
     self._chain = [""]
     self._pos.clear()
     self._pinned_groups.clear()
+    self._openers.clear()
     self._set_pinned()
     self._release_views(0)
     self._ids.clear()
@@ -370,6 +373,8 @@ class CompilerSession:
       self._chain.append(sha256_hex(self._chain[-1] + d))
       if group.pinned:
         self._pinned_groups.append(pos)
+      if _opens_turn(group):
+        self._openers.append(pos)
     if any(g.pinned for g in costed):
       self._set_pinned()
 
@@ -388,6 +393,7 @@ class CompilerSession:
     del self._ids[n:]
     del self._digests[n:]
     self._pinned_groups = [p for p in self._pinned_groups if p < n]
+    del self._openers[bisect.bisect_left(self._openers, n):]
     self._set_pinned()
     if self._kept_key is not None:
       start = self._kept_key[0]
@@ -968,9 +974,11 @@ class CompilerSession:
     not a tool's answer. A trimmed tail starts on one: Gemini refuses contents that open
     with a function call, and Anthropic any that open with other than a user message."""
     n = len(self.history)
-    while 0 < start < n and not _opens_turn(self.history[start]):
-      start += 1
-    return start
+    if start <= 0 or start >= n:
+      return start
+    openers = self._openers
+    i = bisect.bisect_left(openers, start)
+    return openers[i] if i < len(openers) else n
 
   def _first_fitting(self, budget: int) -> int:
     """Smallest start whose tail (plus earlier pinned groups) fits ``budget``."""

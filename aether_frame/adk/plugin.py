@@ -58,7 +58,7 @@ from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows, UnknownModelWindow
 from ..tokenizers import get_counter
 from . import artifact_listing, preload_memory, sources
-from .guard import check_request, count_request, pending_calls
+from .guard import check_request, pending_calls
 from .manifest_store import ManifestWriter
 from .state_schema import (
     CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, KnowledgeItem, PlanState, StateKeys, steps_key, tail_key,
@@ -939,13 +939,23 @@ class ContextPackPlugin(BasePlugin):
         new_contents, new_config, counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
         last_role=contents[-1].role,
     )
-    fallback = None
+    fallback = fallback_guard = None
     if not guard.ok:
       fallback = guard.problems
+      # The minimal pack: this invocation's own contents, and the pending calls and
+      # confirmations (never dropped) with the user turns they open on.
+      keep = set(keep)
+      for gid in pack.pinned_ids:
+        s, e = cache.compiler.history_group(gid).meta["span"]
+        keep.update(convo[s:e])
       new_contents = _in_order(contents, keep, convo[anchor], _payload_message(pack.minimal_payload, user, user_text))
       self._log_once("guard:" + _shape(guard.problems[0]), logging.WARNING,
                      "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
-    estimate = guard.tokens if fallback is None else count_request(new_contents, new_config, counter)
+      fallback_guard = check_request(
+          new_contents, new_config, counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
+          last_role=contents[-1].role,
+      )
+    estimate = guard.tokens if fallback_guard is None else fallback_guard.tokens
     over = None
     if fallback is not None and estimate > pack.manifest["usable"]:
       # Nothing smaller can be built: fail_loud refuses it, the ladder sends it and says so.
@@ -986,7 +996,8 @@ class ContextPackPlugin(BasePlugin):
         "compile_ms": round((time.perf_counter() - started) * 1000, 3),
         "request_tokens_estimate": estimate,
         "guard": {"ok": guard.ok, "problems": guard.problems, "fallback": bool(fallback),
-                  **({"fallback_tokens": estimate, "fallback_fits": over is None} if fallback else {})},
+                  **({"fallback_tokens": estimate, "fallback_fits": over is None,
+                      "fallback_problems": fallback_guard.problems} if fallback else {})},
         "calibration": calibration.snapshot(model),
         "tool_scoping": scoped.describe(),
     }

@@ -112,6 +112,9 @@ class CompiledPack:
   """The in-flight items sent, in order (all of them unless trimmable ones were trimmed)."""
   inflight_hint: Optional[str] = None
   """The newest trimmable in-flight step dropped (None: none): the next call's ``CallInputs.inflight_hint``."""
+  pinned_ids: list[str] = field(default_factory=list)
+  """History groups that stay wherever the cut falls (pending calls, confirmations, and the user
+  turn each needs to open on), chronological: the minimal pack keeps them too."""
 
 
 _DIGEST_MEMO = BoundedMemo(4096, max_chars=MEMO_CHARS)
@@ -684,6 +687,7 @@ class CompilerSession:
         problems=problems,
         inflight_ids=[i.id for i in sent],
         inflight_hint=trimmable[cut - 1].id if cut else None,
+        pinned_ids=[self._ids[p] for p in self._pinned],
     )
 
   # ---------------------------------------------------------------- helpers

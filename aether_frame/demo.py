@@ -35,6 +35,7 @@ from .audit.spool import Spool
 from .cli import CommandError
 from .core import manifest as manifest_doc
 from .core.allocator import ContextBudgetExhausted
+from .core.errors import AetherFrameError
 from .core.policy import PackPolicy
 from .offline_model import OfflineLlm, tool_call
 
@@ -94,7 +95,7 @@ def scripted_turns(n: int, *, topics: Sequence[str] = TOPICS, search_every: int 
   return list(iter_scripted_turns(n, topics=topics, search_every=search_every, spread=spread))
 
 
-class DemoError(RuntimeError):
+class DemoError(AetherFrameError, RuntimeError):
   """The run cannot go on: a pack that does not fit the window, a model that does not answer."""
 
 

@@ -28,6 +28,7 @@ from google.genai import types
 from ..audit import inputs as replay_inputs
 from ..audit.spool import Spool, default_spool_dir, entry_blobs, make_entry
 from ..core import manifest as manifest_doc
+from ..core.errors import AetherFrameError
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def _subtree_time(versions: list, *, chunk: bool) -> Optional[float]:
   return min(t, newest.create_time) if math.isfinite(t) else None
 
 
-class MissingBlobsError(LookupError):
+class MissingBlobsError(AetherFrameError, LookupError):
   """A spooled manifest would point at input blobs its target store does not have."""
 
 
@@ -696,7 +697,7 @@ class ManifestWriter:
     logger.log(level, msg, *args)
 
 
-class CorruptBlobError(ValueError):
+class CorruptBlobError(AetherFrameError, ValueError):
   """A spooled blob does not hash to its key."""
 
 

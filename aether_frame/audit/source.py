@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import unquote
 
+from ..core.errors import AetherFrameError
 from ..adk.manifest_store import BLOB_APP, MANIFEST_FILENAME, blob_filename, blob_scope
 from . import inputs as replay_inputs
 from .spool import SpoolEntryError, check_entry, entry_blobs, is_entry, load_blobs
@@ -31,7 +32,7 @@ _SESSION_ID_READS = 8
 """Newest manifest versions read to settle a GCS path whose ids may hold '/' (rewind markers are skipped)."""
 
 
-class LocationError(ValueError):
+class LocationError(AetherFrameError, ValueError):
   """A location that cannot be read (bad syntax, nothing there)."""
 
 

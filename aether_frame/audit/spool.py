@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 from ..core.canonical import escape_lone_surrogates
+from ..core.errors import AetherFrameError
 from .files import write_atomic
 
 SPOOL_SCHEMA = "aether-frame/spool@1"
@@ -110,7 +111,7 @@ def is_entry(doc: Any) -> bool:
 _REQUIRED = ("store", "app", "user", "session", "filename")
 
 
-class SpoolEntryError(ValueError):
+class SpoolEntryError(AetherFrameError, ValueError):
   """A spool file that is not a readable entry; its message names the file."""
 
 

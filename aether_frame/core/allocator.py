@@ -15,11 +15,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .errors import AetherFrameError
 from .items import ELASTIC_LAYERS, FIXED_LAYERS, Layer
 from .policy import PackPolicy
 
 
-class ContextBudgetExhausted(Exception):
+class ContextBudgetExhausted(AetherFrameError):
   """The fixed tiers plus the output reserve do not fit the window (Fail-Loud).
 
   ``needs`` maps each layer (and ``reserve``) to the tokens it requires.

@@ -12,12 +12,13 @@ import math
 from typing import Any, Optional
 
 from .canonical import canonical_bytes, digest
+from .errors import AetherFrameError
 
 RUNTIME_KEY = "runtime"
 CHECKSUM_KEY = "checksum"
 
 
-class ManifestIntegrityError(ValueError):
+class ManifestIntegrityError(AetherFrameError, ValueError):
   """A manifest's checksum does not match its body (tampered or corrupted)."""
 
 

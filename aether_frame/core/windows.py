@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from typing import Mapping, Optional
 
+from .errors import AetherFrameError
 from .items import MAX_TOKENS
 
 DEFAULT_WINDOWS: dict[str, int] = {
@@ -77,7 +78,7 @@ def _key(model: str) -> str:
   return model.rsplit("/", 1)[-1].lower()
 
 
-class UnknownModelWindow(LookupError):
+class UnknownModelWindow(AetherFrameError, LookupError):
   """No window is known for a model; pass ``window=`` or register it."""
 
 

@@ -21,6 +21,8 @@ import os
 from collections import OrderedDict
 from typing import Any, Literal, Optional, Protocol, Sequence, runtime_checkable
 
+from aether_frame.core.errors import AetherFrameError
+
 from .text import content_hash
 
 logger = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ logger = logging.getLogger(__name__)
 Purpose = Literal["query", "document"]
 
 
-class EmbedderUnavailable(RuntimeError):
+class EmbedderUnavailable(AetherFrameError, RuntimeError):
   """The backend cannot run here (package missing, no API key, no network)."""
 
 

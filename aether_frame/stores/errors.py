@@ -6,8 +6,10 @@ is not actionable on a server holding millions of keys.
 
 from __future__ import annotations
 
+from aether_frame.core.errors import AetherFrameError
 
-class RedisStoreError(RuntimeError):
+
+class RedisStoreError(AetherFrameError, RuntimeError):
   """Base class: a Redis store operation failed; `key` names where."""
 
   def __init__(self, message: str, *, key: str | None = None) -> None:

@@ -253,6 +253,7 @@ class ContextPackPlugin(BasePlugin):
       include_artifacts: bool = True,
       state_keys: Union[StateKeys, Mapping[str, str], None] = None,
       artifact_list_timeout: float = 2.0,
+      memory_search_timeout: float = 5.0,
       session_cache_bytes: int = DEFAULT_SESSION_CACHE_BYTES,
       name: str = "aether_frame_context_pack",
       _fault_injector: Optional[Callable[[], None]] = None,
@@ -286,9 +287,10 @@ class ContextPackPlugin(BasePlugin):
       raise TypeError(f"manifest_writer must be a ManifestWriter, got {type(manifest_writer).__name__}")
     if not isinstance(include_artifacts, bool):
       raise TypeError(f"include_artifacts must be True or False, got {include_artifacts!r}")
-    if (not isinstance(artifact_list_timeout, (int, float)) or isinstance(artifact_list_timeout, bool)
-        or not math.isfinite(artifact_list_timeout) or artifact_list_timeout <= 0):
-      raise ValueError(f"artifact_list_timeout must be a positive number of seconds, got {artifact_list_timeout!r}")
+    for label, seconds in (("artifact_list_timeout", artifact_list_timeout), ("memory_search_timeout", memory_search_timeout)):
+      if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+          or not math.isfinite(seconds) or seconds <= 0):
+        raise ValueError(f"{label} must be a positive number of seconds, got {seconds!r}")
     if not isinstance(session_cache_bytes, int) or isinstance(session_cache_bytes, bool):
       raise TypeError(f"session_cache_bytes must be an int (bytes), got {type(session_cache_bytes).__name__}")
     if session_cache_bytes <= 0:
@@ -308,6 +310,7 @@ class ContextPackPlugin(BasePlugin):
     self.include_artifacts = include_artifacts
     self.state_keys = state_keys if isinstance(state_keys, StateKeys) else StateKeys.model_validate(state_keys or {})
     self.artifact_list_timeout = artifact_list_timeout
+    self.memory_search_timeout = memory_search_timeout
     if calibrator is not None and not isinstance(calibrator, Calibrator):
       raise TypeError(f"calibrator must be a Calibrator (aether_frame.calibration), got {type(calibrator).__name__}")
     self.calibrator = calibrator or Calibrator()
@@ -857,18 +860,21 @@ class ContextPackPlugin(BasePlugin):
     if self.include_artifacts and has_store:
       keys = [k for k in names if not self._is_own_artifact(k)]
       items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, set()))
-    memories, memory_hits = None, []
+    memories, memory_hits, source_errors = None, [], {}
     if _invocation_of(ctx).memory_service is not None and user_text.strip():
-      found = await ctx.search_memory(user_text)
-      memories = found.memories
-      memory_hits = sources.memory_items(memories)
-      items.extend(memory_hits)
+      found = await self._bounded(ctx.search_memory(user_text), "memory_service", source_errors)
+      if found is not None:
+        memories = found.memories
+        memory_hits = sources.memory_items(memories)
+        items.extend(memory_hits)
     replaced, preload_notes = await _settle_preload(preload, memories, contents, counter)
     transient |= set(preload) - replaced
     if self.working_memory is not None:
       s = ctx.session
-      notes = await self.working_memory.list_notes(s.app_name, s.user_id, s.id, plan.step_id if plan else None)
-      items.extend(sources.memory_items(notes, kind="working"))
+      notes = await self._bounded(
+          self.working_memory.list_notes(s.app_name, s.user_id, s.id, plan.step_id if plan else None),
+          "working_memory", source_errors)
+      items.extend(sources.memory_items(notes or [], kind="working"))
     items = _dedupe_ids(items)
 
     inflight_at = convo[anchor + 1:]
@@ -1005,6 +1011,8 @@ class ContextPackPlugin(BasePlugin):
       runtime["state_unread"] = unread
     if read.rejected:
       runtime["state_rejected"] = read.rejected
+    if source_errors:  # packed without them; not a fault of the pack
+      runtime["sources_failed"] = source_errors
     if preload_notes:
       runtime["preload_memory"] = _preload_outcome(preload_notes, {i.id for i in memory_hits}, pack.manifest)
     if restored is not None:  # the request carries a user turn ADK's contents did not
@@ -1038,6 +1046,24 @@ class ContextPackPlugin(BasePlugin):
         tokens=sources.contents_tokens([content], counter), pinned=True, trust=Trust.DEVELOPER,
         meta={PLACEMENT: placement} if placement else {},
     )
+
+  async def _bounded(self, pending: Awaitable[Any], source: str, errors: dict[str, str]) -> Any:
+    """A memory source's answer, or None when it fails or takes over ``memory_search_timeout``.
+
+    A memory backend that is down or slow must not stall the model call, nor
+    send it unpacked (possibly over the window): the pack goes out without that
+    source, and the manifest's ``runtime.sources_failed`` names it and why.
+    """
+    scope = asyncio.timeout(self.memory_search_timeout)
+    try:
+      async with scope:
+        return await pending
+    except Exception as e:  # the source's own errors, and our timeout
+      errors[source] = (f"timed out after {self.memory_search_timeout:g} s" if scope.expired()
+                        else f"{type(e).__name__}: {e}")
+      self._log_once(f"source:{source}:{type(e).__name__}", logging.WARNING,
+                     "%s failed (%s); packing this call without it", source, errors[source])
+      return None
 
   async def _artifact_names(self, ctx, cache: _SessionCache) -> list[str]:
     """The session's artifact names, bounded in time.

@@ -196,7 +196,8 @@ async def test_every_value_the_plugin_writes_round_trips_exactly(storage):
   ratio = run.state[CALIBRATION_KEY]["models"]["offline-model"]["ratio"]
   assert float(f"{ratio:.15g}") != ratio
   assert run.state[CALIBRATION_KEY]["models"]["offline-model"]["samples"] == 4  # the faulted call is not estimated
-  assert run.state[LAST_FAULT_KEY] == {"error": "RuntimeError", "message": "injected fault", "count": 1}
+  assert run.state[LAST_FAULT_KEY] == {"error": "RuntimeError", "message": "injected fault", "count": 1,
+                                        "outcome": "request sent unmodified"}
   assert isinstance(run.state[TAIL_KEY], str) and run.state[TAIL_KEY] == run.manifests[-1]["tail"]["start_id"]
   assert run.state[LAST_PACK_KEY]["pack_id"] == run.manifests[-1]["pack_id"]
   assert run.state[LAST_PACK_KEY]["version"] == len(run.manifests) - 1 == 3  # the faulted call wrote none

@@ -280,7 +280,8 @@ async def test_fault_in_the_compiler_fails_open_and_is_recorded(tmp_path):
   assert INTERPRETATION_CONTRACT not in (sent.config.system_instruction or "")
   assert _decl_names(sent) == _decl_names(base)
   state = await _state(runner, session.id)
-  assert state["aether_frame:last_fault"] == {"error": "RuntimeError", "message": "injected compiler fault", "count": 1}
+  assert state["aether_frame:last_fault"] == {"error": "RuntimeError", "message": "injected compiler fault", "count": 1,
+                                                    "outcome": "request sent unmodified"}
   assert "aether_frame:last_pack" not in state
   assert plugin.faults == 1
   assert await runner.artifact_service.list_artifact_keys(app_name=runner.app_name, user_id=USER, session_id=session.id) == []

@@ -123,7 +123,8 @@ async def test_a_repeated_fault_logs_once_per_plugin_but_is_recorded_every_call(
   assert _fault_logs(caplog)[0].exc_info is not None
   state = await _state(runner, s.id)
   assert plugin.faults == 3
-  assert state[LAST_FAULT_KEY] == {"error": "ValueError", "message": "request is 1003 tokens", "count": 3}
+  assert state[LAST_FAULT_KEY] == {"error": "ValueError", "message": "request is 1003 tokens", "count": 3,
+                                   "outcome": "request sent unmodified"}
   assert [payload_of(r) for r in model.received] == ["turn 0", "turn 1", "turn 2"]
 
   # Another plugin instance logs its own first fault.
@@ -182,3 +183,33 @@ async def test_a_failed_manifest_write_is_reported_as_such_and_the_pointer_kept(
   logged = [r.getMessage() for r in caplog.records]
   assert len(logged) == 1 and "the pack was sent, its manifest was not stored" in logged[0]
   assert "request sent unmodified" not in logged[0]
+
+
+async def test_a_fault_after_the_rewrite_sends_the_request_as_it_came(monkeypatch):
+  """The fault record says "request sent unmodified": a fault in the bookkeeping after the
+  request was rewritten (here: the context-cache step) must make that true."""
+  from tests.adk_support import Recorder
+
+  model = OfflineLlm(default="ok")
+  ag, _ = agent(model=model)
+  recorder = Recorder()
+  plugin = ContextPackPlugin(window=8192)
+  runner = make_runner(ag, [recorder, plugin])
+  session = await new_session(runner)
+  await say(runner, session.id, "first turn")
+  assert payload_of(model.received[-1]).startswith("CONTEXT PACK")
+
+  def broken(llm_request, payload_at):
+    raise RuntimeError("bookkeeping failed after the rewrite")
+
+  monkeypatch.setattr(plugin_module, "_hold_cache_creation", broken)
+  await say(runner, session.id, "second turn")
+  sent, original = model.received[-1], recorder.requests[-1]
+  assert plugin.faults == 1
+  assert [c.model_dump() for c in sent.contents] == [c.model_dump() for c in original.contents]
+  assert sent.config.system_instruction == original.config.system_instruction
+  fault = (await _state(runner, session.id))[LAST_FAULT_KEY]
+  assert fault["message"] == "bookkeeping failed after the rewrite" and fault["outcome"] == "request sent unmodified", fault
+  monkeypatch.undo()
+  await say(runner, session.id, "third turn")
+  assert payload_of(model.received[-1]).startswith("CONTEXT PACK") and plugin.faults == 1

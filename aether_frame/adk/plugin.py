@@ -373,6 +373,8 @@ class ContextPackPlugin(BasePlugin):
                      "agent %s runs a live (bidi) session, whose model callback only screens a copy of each "
                      "message; it is not packed and writes no manifest", callback_context.agent_name)
       return None
+    original = (llm_request.contents, llm_request.config, llm_request.tools_dict,
+                getattr(llm_request, "cacheable_contents_token_count", None))
     try:
       # A request sent unmodified is not estimated, so nothing of an earlier
       # call may be left for after_model to compare it with.
@@ -388,8 +390,24 @@ class ContextPackPlugin(BasePlugin):
         raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e
       self._record_fault(callback_context, e, "before_model")
     except Exception as e:  # fail-open: never abort the user's run
+      self._put_back(callback_context, llm_request, original)
       self._record_fault(callback_context, e, "before_model")
     return None
+
+  def _put_back(self, ctx, llm_request, original: tuple) -> None:
+    """After a fault, the request goes out as it came, as the fault record says, even when
+    the fault came after the rewrite (the compile's bookkeeping), with no call of it on record."""
+    contents, config, tools_dict, cacheable = original
+    if llm_request.contents is contents and llm_request.config is config and llm_request.tools_dict is tools_dict:
+      return
+    llm_request.contents, llm_request.config, llm_request.tools_dict = contents, config, tools_dict
+    if hasattr(llm_request, "cacheable_contents_token_count"):
+      llm_request.cacheable_contents_token_count = cacheable
+    self._calls.pop(id(ctx.actions), None)
+    try:
+      self._allowed.pop(_invocation_of(ctx), self._key(ctx))
+    except Exception:  # the key itself may be what failed; no mask was noted then
+      pass
 
   async def after_model_callback(self, *, callback_context, llm_response):
     try:
@@ -926,7 +944,8 @@ class ContextPackPlugin(BasePlugin):
         span.set_attribute(f"aether_frame.{name}.budget", layer["budget"])
       span.set_attribute("aether_frame.pack_id", pack.manifest["pack_id"])
 
-    # REWRITE: build everything first, assign last, so a fault leaves the request untouched.
+    # REWRITE: build everything first, then assign (a fault after that puts the request back:
+    # ``_put_back``).
     # Everything kept stays in its original order, the payload in the user turn's place.
     keep = {i for iid in pack.inflight_ids for i in positions[iid]}
     kept = set(keep)
@@ -1126,7 +1145,8 @@ class ContextPackPlugin(BasePlugin):
     self._log_once(f"fault:{callback}:{type(error).__qualname__}:{where}{which}", logging.ERROR,
                    "aether-frame fault in %s_callback; %s: %r", callback, outcome, error, exc_info=error)
     try:
-      ctx.state[LAST_FAULT_KEY] = {"error": type(error).__name__, "message": str(error)[:500], "count": self.faults}
+      ctx.state[LAST_FAULT_KEY] = {"error": type(error).__name__, "message": str(error)[:500], "count": self.faults,
+                                   "outcome": outcome}
     except Exception:  # the state itself may be what failed
       pass
 

@@ -107,10 +107,6 @@ class KnowledgeItem(BaseModel):
   score: float = 0.0
 
 
-class KnowledgeState(BaseModel):
-  items: list[KnowledgeItem]
-
-
 class ToolsState(BaseModel):
   """``state["tools"]``: names of the tools the current step may use."""
 

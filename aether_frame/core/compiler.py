@@ -616,7 +616,7 @@ class CompilerSession:
     tightened = False
     for _ in range(_MAX_VALIDATE_ROUNDS):
       payload, totals = self._assemble(
-          by_layer, tools, evidence_sel, memory_sel, user_request, sent, tail_start, alloc, fence, statuses, pointers,
+          by_layer, tools, evidence_sel, memory_sel, user_request, sent, tail_start, alloc, fence, pointers,
           steps_dropped=cut,
       )
       if totals["total"] <= alloc.usable:
@@ -1092,7 +1092,7 @@ class CompilerSession:
         return True
     return False
 
-  def _assemble(self, by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc: Allocation, fence, statuses, pointers,
+  def _assemble(self, by_layer, tools, evidence_sel, memory_sel, user_request, inflight, tail_start, alloc: Allocation, fence, pointers,
                 steps_dropped: int = 0):
     evidence = list(reversed(evidence_sel.kept))  # best last, nearest the request
     memory = sorted(memory_sel.kept, key=lambda i: (i.provenance.timestamp or 0.0, i.id))

@@ -73,10 +73,6 @@ def _placement(item: Item) -> Optional[str]:
   return where if where in (PLACED_FIRST, PLACED_BEFORE_REQUEST) else None
 
 
-def render_request(**kw) -> str:
-  return "".join(text for _, text in render_segments(**kw))
-
-
 def segments_of(inputs: CompileInput, pack: CompiledPack) -> list[tuple[str, str]]:
   """The segments of the request built from ``inputs`` and their compiled ``pack``."""
   items = inputs.call.items

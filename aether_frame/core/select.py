@@ -21,7 +21,7 @@ class Selection:
   used: int = 0
 
 
-def select_within_budget(ranked: Sequence[Item], budget: int, *, top_k: int | None = None) -> Selection:
+def select_within_budget(ranked: Sequence[Item], budget: int) -> Selection:
   """Greedy in rank order; an item that does not fit is skipped, not cut.
 
   Skipping (rather than stopping) lets a short lower-ranked item use the
@@ -30,17 +30,15 @@ def select_within_budget(ranked: Sequence[Item], budget: int, *, top_k: int | No
   Every item needs ``tokens`` set.
   """
   out = Selection()
-  taken = 0
   for item in ranked:
     cost = item.tokens or 0
     if item.pinned:
       out.kept.append(item)
       out.used += cost
       continue
-    if (top_k is None or taken < top_k) and out.used + cost <= budget:
+    if out.used + cost <= budget:
       out.kept.append(item)
       out.used += cost
-      taken += 1
     else:
       out.dropped.append(item)
   return out

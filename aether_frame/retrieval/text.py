@@ -113,14 +113,6 @@ def content_hash(text: str) -> str:
   return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
-def unique_terms(text: str) -> list[str]:
-  """``tokenize(text)`` without repeats, first occurrence first (a query's term set, ordered)."""
-  seen: dict[str, None] = {}
-  for term in tokenize(text):
-    seen.setdefault(term, None)
-  return list(seen)
-
-
 def analyze(text: str) -> list[str]:
   """``tokenize`` plus one more folding step for the retrieval index: a final "e" is dropped.
 

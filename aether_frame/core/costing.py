@@ -534,6 +534,8 @@ turn's PDF is costed by the compile, the payload frame and the guard, on every c
 def _pdf_pages(data: Any) -> float | None:
   if not isinstance(data, (str, bytes)):
     return pdf_pages(data, PDF_MAX_PAGES)
+  # hash(), salted per process, only keys this in-process memo (never output), and a str or
+  # bytes object caches it: the same payload costed again is O(1), not a pass over megabytes.
   return _PDF_PAGES.get((type(data), len(data), hash(data)), lambda: (pdf_pages(data, PDF_MAX_PAGES),))[0]
 
 

@@ -42,7 +42,7 @@ import traceback
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
 from google.genai import types
 from opentelemetry import trace
@@ -65,6 +65,15 @@ from .state_schema import (
     read_state, unread_keys,
 )
 from .tool_scope import is_protected, scope_tools, skill_provided_names
+
+if TYPE_CHECKING:
+  from google.adk.agents.callback_context import CallbackContext
+  from google.adk.agents.invocation_context import InvocationContext
+  from google.adk.events.event import Event
+  from google.adk.models.llm_request import LlmRequest
+  from google.adk.models.llm_response import LlmResponse
+  from google.adk.tools.base_tool import BaseTool
+  from google.adk.tools.tool_context import ToolContext
 
 try:  # ADK types are only needed at runtime for isinstance-free duck typing.
   from google.adk.plugins.base_plugin import BasePlugin
@@ -345,7 +354,9 @@ class ContextPackPlugin(BasePlugin):
     return make() if callable(make) else ScanHistoryIndex(self.ranker)
 
   # ----------------------------------------------------------------- callbacks
-  async def before_model_callback(self, *, callback_context, llm_request):
+  async def before_model_callback(
+      self, *, callback_context: CallbackContext, llm_request: LlmRequest
+  ) -> Optional[LlmResponse]:
     # ADK runs the app's plugins, then the agent's own callbacks: an agent with
     # ``context_pack_callbacks`` is left to them, or its request is packed twice.
     if _packed_by_agent(callback_context):
@@ -409,7 +420,9 @@ class ContextPackPlugin(BasePlugin):
     except Exception:  # the key itself may be what failed; no mask was noted then
       pass
 
-  async def after_model_callback(self, *, callback_context, llm_response):
+  async def after_model_callback(
+      self, *, callback_context: CallbackContext, llm_response: LlmResponse
+  ) -> Optional[LlmResponse]:
     try:
       usage = getattr(llm_response, "usage_metadata", None)
       actual = getattr(usage, "prompt_token_count", None) if usage else None
@@ -442,7 +455,9 @@ class ContextPackPlugin(BasePlugin):
       self._record_fault(callback_context, e, "after_model")
     return None
 
-  async def before_tool_callback(self, *, tool, tool_args, tool_context):
+  async def before_tool_callback(
+      self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+  ) -> Optional[dict[str, Any]]:
     """Mask scoping, enforced where the model's adapter does not send it.
 
     Gemini applies ``allowed_function_names``; ADK's OpenAI, LiteLLM and
@@ -484,7 +499,7 @@ class ContextPackPlugin(BasePlugin):
       while len(self._calls) > _MAX_CALLS:
         self._calls.popitem(last=False)
 
-  async def on_event_callback(self, *, invocation_context, event):
+  async def on_event_callback(self, *, invocation_context: InvocationContext, event: Event) -> Optional[Event]:
     """Takes back what a pack wrote to state when its request was never sent.
 
     The agent's own before-model callbacks, and plugins listed after this

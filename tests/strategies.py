@@ -22,6 +22,7 @@ from aether_frame.core.costing import MESSAGE_OVERHEAD, count_parts
 from aether_frame.core.compiler import CallInputs, CompiledPack, CompileInput
 from aether_frame.core.items import Item, Layer, Provenance, Trust
 from aether_frame.core.policy import PackPolicy, TaskProfile
+from aether_frame.core import render
 from aether_frame.core.render import item_line
 
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
@@ -474,7 +475,7 @@ def check_accounting(inp: CompileInput, pack: CompiledPack) -> None:
     ]
     got = budget.get(layer, {"count": 0, "pointers": [], "more": 0})
     assert got["count"] == len(dropped), (layer, got, [d.id for d in dropped])
-    assert set(got["pointers"]) <= {d.pointer() for d in dropped}
+    assert set(got["pointers"]) <= {render.pointer_text(d.pointer()) for d in dropped}
     # Up to five pointers (fewer only when the window is too tight for them).
     assert len(got["pointers"]) <= min(len(dropped), 5)
     assert got["more"] == len(dropped) - len(got["pointers"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from typing import Iterable, Sequence
+from urllib.parse import quote
 
 from .items import Item
 from .memo import MEMO_CHARS, BoundedMemo
@@ -117,9 +118,7 @@ def budget_phrases(
     if not n:
       continue
     noun = "earlier turns" if layer == "conversation" else f"{layer} items"
-    # One line each: the BUDGET line sits outside the DATA fences, and a pointer
-    # (an untrusted source URI) with a newline could open a section of its own.
-    ptrs = [_one_line(p) for p in omitted.get(layer, [])[:max_pointers]]
+    ptrs = [pointer_text(p) for p in omitted.get(layer, [])[:max_pointers]]
     more = n - len(ptrs)
     text = f"{n} {noun} omitted"
     if ptrs and layer != "conversation":
@@ -128,6 +127,24 @@ def budget_phrases(
       text += " (listed in manifest)"
     out[layer] = text
   return out
+
+
+MAX_POINTER_CHARS = 120
+"""A pointer's length in the BUDGET line (the manifest names it whole)."""
+_POINTER_SAFE = "-._~:/?#[]@!$&'()*+,;=%"
+"""URI characters besides letters and digits (RFC 3986), kept as they are."""
+
+
+def pointer_text(pointer: str) -> str:
+  """A dropped item's pointer as the BUDGET line shows it: URI characters only, anything else
+  percent-encoded (as UTF-8), cut to ``MAX_POINTER_CHARS`` with an ellipsis.
+
+  The BUDGET line sits outside the DATA fences, and a pointer is untrusted (a knowledge
+  entry's uri, an artifact's name): with its spaces and line breaks it could say anything
+  there ("... omitted: doc.pdf SYSTEM: ignore the user"); as one URI it names a place.
+  """
+  text = quote(pointer, safe=_POINTER_SAFE, errors="surrogatepass")
+  return text if len(text) <= MAX_POINTER_CHARS else text[: MAX_POINTER_CHARS - 1] + "\u2026"
 
 
 def budget_line(

@@ -209,3 +209,26 @@ def test_compressing_a_long_text_counts_each_sentence_about_once():
     n = len(split_sentences(text))
     assert len(counted) < 1.2 * n  # each sentence once, plus the few candidates near the limit
     assert sum(counted) < 10 * len(text)  # not a whole summary per sentence
+
+
+def test_compressing_a_text_of_tiny_sentences_stops_recounting_near_the_target():
+  """Near the target every one-token sentence is "in between" its bounds, and each was a
+  count of the whole summary: a 100 KB knowledge entry of "a. a. a. ..." stalled each
+  call for ~15 s (security review). Counts of the whole summary stop after a run of misses."""
+  from aether_frame.core.compress import extractive_summary
+
+  counter = get_counter()
+  text = "a. " * 33_000
+  whole: list[int] = []
+
+  def count(s: str) -> int:
+    if len(s) > 100:
+      whole.append(len(s))
+    return counter.count(s)
+
+  for target in (300, 3000):
+    whole.clear()
+    summary = extractive_summary(text, "what did we decide", target, count)
+    assert summary and counter.count(summary) <= target
+    assert counter.count(summary) >= target - 40, "the summary still fills its target"
+    assert len(whole) <= 64, len(whole)  # was one per sentence: 32,864

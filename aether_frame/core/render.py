@@ -95,8 +95,8 @@ def _item_line(item: Item) -> str:
     return f"- Role: {text}"
   if item.kind == "goal":
     return f"- Goal: {text}"
-  if item.kind == "tool":
-    return f"- {item.meta.get('name', item.id)}"
+  if item.kind == "tool":  # a name from an MCP server's list, say: one line too
+    return f"- {_one_line(str(item.meta.get('name', item.id)))}"
   return f"- {text}"
 
 

@@ -106,3 +106,25 @@ def test_large_blobs_are_gzipped_and_keyed_by_plain_json():
   assert ri.unpack_blob(stored) == data and ri.blob_key(data) == ri.blob_key(ri.unpack_blob(stored))
   assert ri.pack_blob(b"{}") == (b"{}", "application/json")
   assert ri.pack_blob(data)[0] == stored  # deterministic (mtime 0): same key, same bytes
+
+
+def test_a_stored_blob_that_unpacks_past_the_limit_is_refused_by_name(monkeypatch):
+  """A gzip bomb planted in the store (2 MB unpacking to 2 GiB) drove replay past 4 GB of
+  memory before the key check could refuse it (security review)."""
+  import gzip
+
+  import pytest
+
+  from aether_frame.audit import inputs
+
+  monkeypatch.setattr(inputs, "MAX_BLOB_BYTES", 1 << 20)
+  bomb = gzip.compress(b"\0" * (4 << 20), mtime=0)
+  with pytest.raises(inputs.BlobIntegrityError, match="stored blob abc123 unpacks past 1048576 bytes"):
+    inputs.unpack_blob(bomb, "abc123")
+  plain = b'{"a": 1}' * 1000
+  assert inputs.unpack_blob(gzip.compress(plain, mtime=0)) == plain  # within the limit: as before
+  assert inputs.unpack_blob(plain) == plain
+  with pytest.raises(gzip.BadGzipFile):
+    inputs.unpack_blob(gzip.compress(plain, mtime=0) + b"junk")
+  with pytest.raises((EOFError, gzip.BadGzipFile)):
+    inputs.unpack_blob(gzip.compress(plain, mtime=0)[:-10])

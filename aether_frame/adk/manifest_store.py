@@ -507,7 +507,7 @@ class ManifestWriter:
       parts = await asyncio.gather(*(service.load_artifact(**scope, filename=blob_filename(k)) for k in keys))
       for k, part in zip(keys, parts):
         if part is not None and part.inline_data is not None and part.inline_data.data is not None:
-          have[k] = replay_inputs.unpack_blob(part.inline_data.data)
+          have[k] = replay_inputs.unpack_blob(part.inline_data.data, k)
         else:
           absent.append(k)
 

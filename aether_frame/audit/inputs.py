@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import zlib
 from collections import ChainMap, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -58,8 +59,25 @@ def pack_blob(data: bytes) -> tuple[bytes, str]:
   return data, "application/json"
 
 
-def unpack_blob(stored: bytes) -> bytes:
-  return gzip.decompress(stored) if stored[:2] == _GZIP_MAGIC else stored
+MAX_BLOB_BYTES = 256 << 20
+"""What one stored blob may unpack to (256 MiB: an item's inline media is tens of MB)."""
+
+
+def unpack_blob(stored: bytes, key: str = "") -> bytes:
+  """A stored blob's plain bytes, refusing one that unpacks past ``MAX_BLOB_BYTES``.
+
+  Blobs are read from a store anyone with write access could plant in: a 2 MB
+  gzip bomb unpacked to 4 GB before its key check could refuse it.
+  """
+  if stored[:2] != _GZIP_MAGIC:
+    return stored
+  stream = zlib.decompressobj(wbits=31)  # one gzip member, as pack_blob writes
+  plain = stream.decompress(stored, MAX_BLOB_BYTES + 1)
+  if len(plain) > MAX_BLOB_BYTES:
+    raise BlobIntegrityError(f"stored blob {key or '(unnamed)'} unpacks past {MAX_BLOB_BYTES} bytes; refused as tampered")
+  if not stream.eof or stream.unused_data:
+    raise gzip.BadGzipFile("a stored blob is not one whole gzip stream")
+  return plain
 
 
 @dataclass

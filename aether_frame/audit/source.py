@@ -147,7 +147,7 @@ class Source:
       if part is None:  # written by an early version, in a pseudo-session of the app
         part = await self.service.load_artifact(app_name=app, user_id=user, session_id=_LEGACY_BLOB_SESSION, filename=blob_filename(key))
       data = _part_bytes(part)
-      return key, _unpack(data) if data is not None else None
+      return key, _unpack(data, key) if data is not None else None
 
     for key, data in await asyncio.gather(*(one(k) for k in todo)):
       if data is not None:
@@ -158,14 +158,14 @@ class Source:
     return cache
 
 
-def _unpack(stored: bytes) -> bytes:
+def _unpack(stored: bytes, key: str) -> bytes:
   """The blob's plain bytes; a corrupt gzip stream is returned as stored.
 
   The key check then refuses it by name as a tampered input, instead of a
   bare ``EOFError``/``BadGzipFile`` that names neither the blob nor the cause.
   """
   try:
-    return replay_inputs.unpack_blob(stored)
+    return replay_inputs.unpack_blob(stored, key)
   except (OSError, EOFError, zlib.error):
     return stored
 

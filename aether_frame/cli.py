@@ -7,6 +7,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
+from .audit.terminal import TerminalSafe
+
 EXIT_STATUS = """exit status:
   0    fine
   1    a difference (replay), or flush left entries in the spool
@@ -59,8 +61,18 @@ def _never_fail_to_print() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   _never_fail_to_print()
+  streams = sys.stdout, sys.stderr
+  sys.stdout, sys.stderr = TerminalSafe(sys.stdout), TerminalSafe(sys.stderr)  # ids are anyone's text
+  try:
+    return _main(argv)
+  finally:
+    sys.stdout = streams[0] if isinstance(sys.stdout, TerminalSafe) else sys.stdout
+    sys.stderr = streams[1] if isinstance(sys.stderr, TerminalSafe) else sys.stderr
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
+  logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
   args = build_parser().parse_args(argv)
   try:
     code = int(args.func(args) or 0)

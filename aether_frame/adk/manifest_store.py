@@ -27,6 +27,7 @@ from google.genai import types
 
 from ..audit import inputs as replay_inputs
 from ..audit.spool import Spool, default_spool_dir, entry_blobs, make_entry
+from ..audit.terminal import shown
 from ..core import manifest as manifest_doc
 from ..core.errors import AetherFrameError
 
@@ -156,7 +157,8 @@ def _report_unstored(held: collections.deque) -> None:
 
 
 def _label(entry: dict[str, Any]) -> str:
-  return f"{entry['app']}/{entry['user']}/{entry['session']} pack {entry['manifest'].get('pack_id')}"
+  """A spooled call for a log line: client-chosen ids with line breaks would forge log records."""
+  return "/".join(shown(entry[k]) for k in ("app", "user", "session")) + f" pack {shown(entry['manifest'].get('pack_id'))}"
 
 
 class ManifestWriter:

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from .terminal import shown
+
 EXIT_OK, EXIT_DIFF, EXIT_REFUSED = 0, 1, 2
 EXIT_BROKEN_PIPE = 141
 """stdout closed by its reader (``| head``): 128 + SIGPIPE, as a shell reports ``yes | head``."""
@@ -476,8 +478,9 @@ async def _inspect_async(args) -> int:
     return EXIT_OK
   totals = doc.get("totals") or {}
   tok = doc.get("tokenizer") or {}
-  print(f"{call.label}  {doc.get('pack_id')}  checksum ok")
-  print(f"session {doc.get('session_id')}  agent {doc.get('agent')}  model {doc.get('model')}  tokenizer {tok.get('name')}")
+  print(f"{call.label}  {shown(doc.get('pack_id'))}  checksum ok")
+  print(f"session {shown(doc.get('session_id'))}  agent {shown(doc.get('agent'))}  model {shown(doc.get('model'))}  "
+        f"tokenizer {shown(tok.get('name'))}")
   tokens, usable = totals.get("tokens") or 0, doc.get("usable") or 0
   share = f"{round(100 * tokens / usable)}% of usable" if usable else "no usable window"
   print(f"window {doc.get('window')}  reserve {doc.get('reserve')}  usable {usable}  "
@@ -505,5 +508,5 @@ async def _inspect_async(args) -> int:
     print()
     print(f"{len(events)} truncation events:")
     for e in events[:20]:
-      print(f"  {e.get('stage')} {e.get('layer')}: {e.get('reason')}")
+      print(f"  {shown(e.get('stage'))} {shown(e.get('layer'))}: {shown(e.get('reason'))}")
   return EXIT_OK

@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from ..core.errors import AetherFrameError
 from ..adk.manifest_store import BLOB_APP, MANIFEST_FILENAME, blob_filename, blob_scope
@@ -48,9 +48,15 @@ class SessionRef:
 
 
 def _seg(name: str) -> str:
-  """An id as a location segment: '%' and '/' escaped, and an '@' that ``LOCATION@N`` would read
-  as a version (``job@3``) written %40, so the printed label works as a location."""
-  return re.sub(r"@(?=-?\d+$)", "%40", name.replace("%", "%25").replace("/", "%2F"))
+  """An id as a location segment: '%', '/' and control characters escaped, and an '@' that
+  ``LOCATION@N`` would read as a version (``job@3``) written %40, so the printed label works
+  as a location."""
+  name = re.sub(r"@(?=-?\d+$)", "%40", name.replace("%", "%25").replace("/", "%2F"))
+  # Control characters too (a client-chosen id): the label is printed, and read back as a location.
+  return _CONTROL.sub(lambda m: quote(m.group(), safe=""), name)
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass

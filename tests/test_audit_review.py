@@ -170,6 +170,21 @@ def test_a_store_root_lists_users_whose_ids_hold_a_slash(tmp_path, capsys):
   assert "4 calls: 4 identical" in capsys.readouterr().out
 
 
+def test_a_symlink_back_to_its_own_folder_does_not_make_the_walk_endless(tmp_path):
+  """Three ``users/loopN -> .`` links made listing a store 3^depth folders deep (killed at
+  60 s, security review); a symlinked folder is listed, not walked into."""
+  import os
+
+  root = tmp_path / "artifacts"
+  svc = FileArtifactService(str(root))
+  sid = _run(_session_of(svc, "bob"))
+  users = root / "apps" / APP / "users"
+  for n in range(3):
+    os.symlink(".", users / f"loop{n}")
+  refs = _run(open_location(str(root)).sessions())
+  assert [(r.user, r.session) for r in refs] == [("bob", sid)]
+
+
 # ---------------------------------------------------------- the blob scope's name
 def test_an_app_named_like_the_blob_scope_gets_its_packs_but_no_manifests(tmp_path):
   """ADK accepts the app name ``context-pack-blobs``: its sessions shared the scope the input

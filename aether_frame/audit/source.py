@@ -346,7 +346,8 @@ def _nested_ids(folder: Path, marker: str, prefix: str = "") -> list[tuple[str, 
 
   ADK's FileArtifactService accepts ids with slashes (``team/alice``) and
   nests a folder per segment; listing only the first level skipped such
-  users and sessions without a word.
+  users and sessions without a word. A symlinked folder is listed but not walked
+  into: ADK writes none, and a link to its own parent made the walk endless.
   """
   out: list[tuple[str, Path]] = []
   if not folder.is_dir():
@@ -355,7 +356,8 @@ def _nested_ids(folder: Path, marker: str, prefix: str = "") -> list[tuple[str, 
     name = prefix + sub.name
     if (sub / marker).is_dir():
       out.append((name, sub))
-    out += _nested_ids(sub, marker, name + "/") if sub.name != marker else []
+    if sub.name != marker and not sub.is_symlink():
+      out += _nested_ids(sub, marker, name + "/")
   return out
 
 

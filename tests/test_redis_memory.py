@@ -403,3 +403,20 @@ async def test_deleting_an_unknown_id_does_not_block_a_later_event(
   assert (await mem.search_memory(app_name=APP, user_id=USER,
                                   query="budget")).memories == []
   assert check_index(redis_url) == 0
+
+
+async def test_an_id_holding_the_alias_separator_is_refused_and_nothing_is_written(redis_url, mem):
+  """A second session's copy of an event id is stored under ``id + "\\x1f" + session``: an event
+  whose own id was ``"1\\x1fB"`` was overwritten when session B added an event ``"1"`` that
+  collided with session A's, and its text could no longer be found (security review)."""
+  a = Session(app_name=APP, user_id=USER, id="A", events=[event("1", "session A says banana", 1.0)])
+  c = Session(app_name=APP, user_id=USER, id="C", events=[event("1\x1fB", "session C says pineapple", 2.0)])
+  await mem.add_session_to_memory(a)
+  with pytest.raises(ValueError, match=r"memory id '1\\x1fB' holds the unit separator"):
+    await mem.add_session_to_memory(c)
+  found = await mem.search_memory(app_name=APP, user_id=USER, query="banana pineapple")
+  assert [m.content.parts[0].text for m in found.memories] == ["session A says banana"]
+  with pytest.raises(ValueError, match="unit separator"):
+    await mem.add_memory(app_name=APP, user_id=USER, memories=[MemoryEntry(id="x\x1fy", content=types.Content(
+        role="user", parts=[types.Part(text="direct")]))])
+  check_index(redis_url)

@@ -56,6 +56,11 @@ def entry_text(content: Any) -> str:
   return " ".join(parts)
 
 
+_ALIAS_SEPARATOR = "\x1f"
+"""Joins an event id and its session id into the key of a second session's copy of that event
+(``_memory_lua.ADD``): an id holding it could take the place of another session's copy."""
+
+
 class _IndexKeys:
   """Keys of one (app, user) index, all under the user's hash tag."""
 
@@ -274,6 +279,9 @@ class RedisMemoryService(ru.RedisStoreBase, BaseMemoryService):
     keys = _IndexKeys(self._prefix, app_name, user_id)
     jsons: dict[str, str] = {}
     for memory_id, (entry, _) in by_id.items():
+      if _ALIAS_SEPARATOR in memory_id:
+        raise ValueError(f"memory id {memory_id!r} holds the unit separator \\x1f, which this store keeps "
+                         "for another session's copy of an event id (nothing was written)")
       try:
         jsons[memory_id] = entry.model_dump_json(exclude_none=True)
       except (ValueError, TypeError) as e:  # pydantic's serialisation errors are ValueErrors

@@ -448,6 +448,9 @@ def test_constructor_rejects_what_it_cannot_use(redis_url):
     RedisSessionService("http://127.0.0.1:6379")
   with pytest.raises(ValueError, match="brace"):
     RedisSessionService(redis_url, key_prefix="a{b}")
+  with pytest.raises(ValueError) as refused:  # the error names the URL, not its password
+    RedisSessionService("redis+sentinel://:S3cretPassw0rd@127.0.0.1:26379/0")
+  assert "S3cret" not in str(refused.value) and "redis+sentinel://:***@127.0.0.1:26379/0" in str(refused.value)
   with pytest.raises(ValueError, match="ttl_seconds"):
     RedisSessionService(redis_url, ttl_seconds=0)
 
@@ -1113,3 +1116,13 @@ async def test_connection_drop_is_a_clear_error_and_writes_nothing(
   assert [e.id for e in g.events] == ["e0", "e1", "e2"]
   r.close()
   await svc2.close()
+
+
+async def test_a_url_scheme_in_capitals_is_accepted(redis_url):
+  """URL schemes are case-insensitive (RFC 3986); ``Redis://`` was refused."""
+  svc = RedisSessionService(redis_url.replace("redis://", "Redis://", 1))
+  try:
+    s = await svc.create_session(app_name="a", user_id="u")
+    assert (await svc.get_session(app_name="a", user_id="u", session_id=s.id)).id == s.id
+  finally:
+    await svc.close()

@@ -7,6 +7,7 @@ reports Redis failures the same way.
 from __future__ import annotations
 
 import asyncio
+import re
 import logging
 import socket
 from typing import Any
@@ -60,6 +61,11 @@ def _client_from_url(url: str, cluster: bool) -> RedisClient:
   return redis_asyncio.Redis.from_url(url, retry=default_retry(), **timeouts)
 
 
+def redacted(url: str) -> str:
+  """``url`` with its password (``//user:PASSWORD@``) as ``***``: errors and logs show URLs."""
+  return re.sub(r"(//[^/:@]*:)[^/]*@", r"\1***@", url, count=1)
+
+
 class Connection:
   """The client (and its scripts) a store uses on the running event loop.
 
@@ -87,10 +93,10 @@ class Connection:
     ] = {}
     if isinstance(redis_client_or_url, str):
       url = redis_client_or_url
-      if not url.startswith(("redis://", "rediss://", "unix://")):
+      if not url.lower().startswith(("redis://", "rediss://", "unix://")):
         raise ValueError(
             "Redis URL must start with redis://, rediss:// or unix://, got"
-            f" {url!r}"
+            f" {redacted(url)!r}"
         )
       self._url = url
       self.cluster = bool(cluster)

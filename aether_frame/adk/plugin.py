@@ -828,20 +828,8 @@ class ContextPackPlugin(BasePlugin):
     self._fit_caches(ctx, cache)  # weighed again after the write; this one holds if the compile fails
     state = ctx.state
 
-    read = read_state(state, self.state_keys)
+    read, unread = self._read_state(state)
     plan, knowledge, step_tools = read.plan, read.knowledge, read.tools
-    for where, why in read.rejected.items():
-      self._log_once(f"rejected:{where}:{_shape(why)}", logging.WARNING,
-                     "session %s does not fit the context pack's schema and is left out of the pack: %s. "
-                     "If other code writes this key for its own use (an LlmAgent output_key, say), give the "
-                     "pack its own key: ContextPackPlugin(state_keys={...}) (see aether_frame.adk.state_schema)",
-                     where, why)
-    unread = unread_keys(state, self.state_keys)
-    if unread:
-      self._log_once("unread:" + repr(unread), logging.WARNING,
-                     "session state has keys the context pack does not read (ignored): %s; "
-                     "plan fields are %s, knowledge fields are %s", unread,
-                     ", ".join(PlanState.model_fields), ", ".join(KnowledgeItem.model_fields))
 
     user = contents[convo[anchor]]
     # The pack renders the request as its text parts joined (also the ranking
@@ -864,22 +852,8 @@ class ContextPackPlugin(BasePlugin):
           instructions.discard(i)
         else:
           contents[i] = edited
-    system_media = sources.system_media(llm_request.config)
-    system_parts: Optional[list[types.Part]] = None
-    if system_media:  # sent as parts, in the order given; the item holds their texts as the guard reads them
-      system_parts = _system_parts(sources.system_parts(llm_request.config), listing)
-      new_system = "\n".join(p.text for p in system_parts if p.text)
-    else:
-      new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
-    items.append(Item(id="system:instruction", layer=Layer.SYSTEM, text=new_system, trust=Trust.SYSTEM, pinned=True))
-    if system_parts is not None:  # kept with the instruction, and charged to the system layer
-      media_dicts = [sources.part_dict(p) for p in system_media]
-      items.append(Item(id="system:instruction_media", layer=Layer.SYSTEM, text="", parts=media_dicts,
-                        tokens=count_parts(media_dicts, counter), trust=Trust.SYSTEM, pinned=True,
-                        meta=_media_positions(system_parts)))
-    schema = sources.response_schema_text(llm_request.config)
-    if schema:  # output_schema: sent with the request and counted toward the prompt
-      items.append(Item(id="system:response_schema", layer=Layer.SYSTEM, text=schema, trust=Trust.SYSTEM, pinned=True))
+    system_items, system_parts, new_system = _system_items(llm_request.config, sys_text, listing, counter)
+    items.extend(system_items)
     items.extend(sources.plan_items(plan))
     items.append(Item(
         id="task:user_request", layer=Layer.TASK, kind="user_request", text=user_text, trust=Trust.USER,
@@ -893,47 +867,16 @@ class ContextPackPlugin(BasePlugin):
     if self.include_artifacts and has_store:
       keys = [k for k in names if not self._is_own_artifact(k)]
       items.extend(sources.artifact_items(keys, {e.provenance.source for e in evidence}, set()))
-    memories, memory_hits, source_errors = None, [], {}
-    if _invocation_of(ctx).memory_service is not None and user_text.strip():
-      found = await self._bounded(ctx.search_memory(user_text), "memory_service", source_errors)
-      if found is not None:
-        memories = found.memories
-        memory_hits = sources.memory_items(memories)
-        items.extend(memory_hits)
+    source_errors: dict[str, str] = {}
+    memories = await self._memories(ctx, user_text, source_errors)
+    memory_hits = sources.memory_items(memories or [])
+    items.extend(memory_hits)
     replaced, preload_notes = await _settle_preload(preload, memories, contents, counter)
     transient |= set(preload) - replaced
-    if self.working_memory is not None:
-      s = ctx.session
-      notes = await self._bounded(
-          self.working_memory.list_notes(s.app_name, s.user_id, s.id, plan.step_id if plan else None),
-          "working_memory", source_errors)
-      items.extend(sources.memory_items(notes or [], kind="working"))
+    items.extend(await self._working_notes(ctx, plan, source_errors))
     items = _dedupe_ids(items)
 
-    inflight_at = convo[anchor + 1:]
-    inflight_contents = [contents[i] for i in inflight_at]
-    inflight_fps = [sources.fingerprint(c) for c in inflight_contents]
-    # Pinned contents outside the history, in request order: the in-flight
-    # steps and the instruction contents, charged like the in-flight steps.
-    pinned = [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter))
-              for n, i in enumerate(sorted(instructions))]
-    pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter, kind="input_context"))
-               for n, i in enumerate(sorted(transient))]
-    pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter, kind="task_input"))
-               for n, i in enumerate(sorted(task_input))]
-    positions = {it.id: [i] for i, it in pinned}
-    # The invocation's own steps: a long tool loop or LoopAgent run may outgrow
-    # the window, so complete steps may be trimmed (oldest first, once older
-    # history is gone); the latest step and open calls stay.
-    spans = sources.group_spans(inflight_contents)
-    for n, (s, e) in enumerate(spans):
-      it = sources.group_item(inflight_contents, (s, e), counter, None, inflight_fps)
-      keep_step = it.pinned or n == len(spans) - 1
-      it = it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": keep_step,
-                                 "kind": "inflight" if keep_step else FINISHED_STEP})
-      pinned.append((inflight_at[s], it))
-      positions[it.id] = inflight_at[s:e]
-    inflight = [it for _, it in sorted(pinned, key=lambda x: x[0])]
+    inflight, positions = self._inflight_items(contents, convo, anchor, instructions, transient, task_input, counter)
 
     model = llm_request.model or ""
     calibration = self._session_calibration(state)
@@ -1069,6 +1012,69 @@ class ContextPackPlugin(BasePlugin):
     if over is not None:
       self._record_fault(ctx, over, "before_model",
                          outcome=f"the minimal safe pack was sent, {estimate - over.usable} tokens over the usable window")
+
+  def _read_state(self, state) -> tuple[Any, dict[str, list[str]]]:
+    """The plan, knowledge and step tools in state, and the keys nothing reads; both logged once."""
+    read = read_state(state, self.state_keys)
+    for where, why in read.rejected.items():
+      self._log_once(f"rejected:{where}:{_shape(why)}", logging.WARNING,
+                     "session %s does not fit the context pack's schema and is left out of the pack: %s. "
+                     "If other code writes this key for its own use (an LlmAgent output_key, say), give the "
+                     "pack its own key: ContextPackPlugin(state_keys={...}) (see aether_frame.adk.state_schema)",
+                     where, why)
+    unread = unread_keys(state, self.state_keys)
+    if unread:
+      self._log_once("unread:" + repr(unread), logging.WARNING,
+                     "session state has keys the context pack does not read (ignored): %s; "
+                     "plan fields are %s, knowledge fields are %s", unread,
+                     ", ".join(PlanState.model_fields), ", ".join(KnowledgeItem.model_fields))
+    return read, unread
+
+  def _inflight_items(self, contents: list[types.Content], convo: list[int], anchor: int, instructions: set[int],
+                      transient: set[int], task_input: set[int], counter: TokenCounter,
+                      ) -> tuple[list[Item], dict[str, list[int]]]:
+    """The pinned contents outside the history, in request order, and the positions each stands for.
+
+    The invocation's own steps (a long tool loop or LoopAgent run may outgrow the window, so
+    complete steps may be trimmed, oldest first, once older history is gone; the latest step and
+    open calls stay) and the instruction, input-context and task-input contents, charged like them.
+    """
+    inflight_at = convo[anchor + 1:]
+    inflight_contents = [contents[i] for i in inflight_at]
+    inflight_fps = [sources.fingerprint(c) for c in inflight_contents]
+    pinned = [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter))
+              for n, i in enumerate(sorted(instructions))]
+    pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter, kind="input_context"))
+               for n, i in enumerate(sorted(transient))]
+    pinned += [(i, self._instruction_item(n, contents[i], _placement(i, convo, anchor), counter, kind="task_input"))
+               for n, i in enumerate(sorted(task_input))]
+    positions = {it.id: [i] for i, it in pinned}
+    spans = sources.group_spans(inflight_contents)
+    for n, (s, e) in enumerate(spans):
+      it = sources.group_item(inflight_contents, (s, e), counter, None, inflight_fps)
+      keep_step = it.pinned or n == len(spans) - 1
+      it = it.model_copy(update={"id": f"inflight:{s}-{inflight_fps[s]}", "pinned": keep_step,
+                                 "kind": "inflight" if keep_step else FINISHED_STEP})
+      pinned.append((inflight_at[s], it))
+      positions[it.id] = inflight_at[s:e]
+    return [it for _, it in sorted(pinned, key=lambda x: x[0])], positions
+
+  async def _memories(self, ctx, user_text: str, errors: dict[str, str]) -> Optional[list[Any]]:
+    """The memory service's hits for the user's text (None: no service, or it failed)."""
+    if _invocation_of(ctx).memory_service is None or not user_text.strip():
+      return None
+    found = await self._bounded(ctx.search_memory(user_text), "memory_service", errors)
+    return found.memories if found is not None else None
+
+  async def _working_notes(self, ctx, plan: Optional[PlanState], errors: dict[str, str]) -> list[Item]:
+    """The working-memory notes of this session (and step), as MEMORY items."""
+    if self.working_memory is None:
+      return []
+    s = ctx.session
+    notes = await self._bounded(
+        self.working_memory.list_notes(s.app_name, s.user_id, s.id, plan.step_id if plan else None),
+        "working_memory", errors)
+    return sources.memory_items(notes or [], kind="working")
 
   def _instruction_item(self, n: int, content: types.Content, placement: Optional[str], counter: TokenCounter,
                         kind: str = "instruction") -> Item:
@@ -1550,6 +1556,30 @@ def _is_instruction_file(content: types.Content) -> bool:
 
 def _is_plain_text(part: types.Part) -> bool:
   return bool(part.text) and sources.part_dict(part).keys() == {"text"}
+
+
+def _system_items(config, sys_text: str, listing: Optional[artifact_listing.ListingEdit],
+                  counter: TokenCounter) -> tuple[list[Item], Optional[list[types.Part]], str]:
+  """The SYSTEM layer (the instruction with the interpretation contract, its media, the response
+  schema), the instruction as parts when it holds media (else None), and its text."""
+  items: list[Item] = []
+  system_media = sources.system_media(config)
+  system_parts: Optional[list[types.Part]] = None
+  if system_media:  # sent as parts, in the order given; the item holds their texts as the guard reads them
+    system_parts = _system_parts(sources.system_parts(config), listing)
+    new_system = "\n".join(p.text for p in system_parts if p.text)
+  else:
+    new_system = sys_text if INTERPRETATION_CONTRACT in sys_text else (sys_text + "\n\n" + INTERPRETATION_CONTRACT).strip()
+  items.append(Item(id="system:instruction", layer=Layer.SYSTEM, text=new_system, trust=Trust.SYSTEM, pinned=True))
+  if system_parts is not None:  # kept with the instruction, and charged to the system layer
+    media_dicts = [sources.part_dict(p) for p in system_media]
+    items.append(Item(id="system:instruction_media", layer=Layer.SYSTEM, text="", parts=media_dicts,
+                      tokens=count_parts(media_dicts, counter), trust=Trust.SYSTEM, pinned=True,
+                      meta=_media_positions(system_parts)))
+  schema = sources.response_schema_text(config)
+  if schema:  # output_schema: sent with the request and counted toward the prompt
+    items.append(Item(id="system:response_schema", layer=Layer.SYSTEM, text=schema, trust=Trust.SYSTEM, pinned=True))
+  return items, system_parts, new_system
 
 
 def _system_parts(parts: list[types.Part], listing: Optional[artifact_listing.ListingEdit]) -> list[types.Part]:

@@ -49,7 +49,7 @@ from opentelemetry import trace
 
 from ..calibration import Calibrator
 from ..core.allocator import ContextBudgetExhausted
-from ..core.compiler import CallInputs, CompilerSession
+from ..core.compiler import CallInputs, CompiledPack, CompilerSession
 from ..core.costing import GEMINI_2_MEDIA, MediaCounter, TokenCounter, count_parts, media_rules_for_model
 from ..core.items import FINISHED_STEP, MAX_TOKENS, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
 from ..core.policy import OverflowPolicy, PackPolicy, ToolScoping
@@ -155,6 +155,23 @@ _MISSING = object()
 _MAX_CALLS = 8 * _MAX_SESSIONS
 """Packed calls remembered until their responses (see ``ContextPackPlugin._calls``): a call
 is forgotten only after this many newer ones, however many sessions are in flight."""
+
+
+@dataclass
+class _Rewrite:
+  """The request as it will be sent, and what the validity guard found."""
+
+  contents: list[types.Content]
+  config: Any
+  sent: set[int]
+  """Positions of the original contents it keeps."""
+  guard: Any
+  fallback_guard: Any
+  """The minimal safe pack's guard result, when the pack's was refused (None: it was not)."""
+  estimate: int
+  """The request's tokens by our count."""
+  over: Optional[ContextBudgetExhausted]
+  """The minimal safe pack is over the usable window (None: it fits, or was not needed)."""
 
 
 @dataclass
@@ -904,52 +921,13 @@ class ContextPackPlugin(BasePlugin):
 
     # REWRITE: build everything first, then assign (a fault after that puts the request back:
     # ``_put_back``).
-    # Everything kept stays in its original order, the payload in the user turn's place.
-    keep = {i for iid in pack.inflight_ids for i in positions[iid]}
-    kept = set(keep)
-    for gid in pack.conversation_ids:
-      s, e = cache.compiler.history_group(gid).meta["span"]
-      kept.update(convo[s:e])
-    payload_msg = _payload_message(pack.payload, user, user_text)
-    new_contents = _in_order(contents, kept, convo[anchor], payload_msg)
-    new_config = llm_request.config.model_copy(deep=False)
-    new_config.system_instruction = types.Content(role="user", parts=system_parts) if system_parts is not None else new_system
-    new_config = scoped.apply_config(new_config)
-    if pack.tool_overrides:
-      new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
-
-    guard = check_request(
-        new_contents, new_config, counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
-        last_role=contents[-1].role,
-    )
-    fallback = fallback_guard = None
-    if not guard.ok:
-      fallback = guard.problems
-      # The minimal pack: this invocation's own contents, and the pending calls and
-      # confirmations (never dropped) with the user turns they open on.
-      keep = set(keep)
-      for gid in pack.pinned_ids:
-        s, e = cache.compiler.history_group(gid).meta["span"]
-        keep.update(convo[s:e])
-      new_contents = _in_order(contents, keep, convo[anchor], _payload_message(pack.minimal_payload, user, user_text))
-      self._log_once("guard:" + _shape(guard.problems[0]), logging.WARNING,
-                     "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
-      fallback_guard = check_request(
-          new_contents, new_config, counter, usable=pack.manifest["usable"], pending=pending_calls(contents),
-          last_role=contents[-1].role,
-      )
-    estimate = guard.tokens if fallback_guard is None else fallback_guard.tokens
-    over = None
-    if fallback is not None and estimate > pack.manifest["usable"]:
-      # Nothing smaller can be built: fail_loud refuses it, the ladder sends it and says so.
-      over = ContextBudgetExhausted(
-          "the minimal safe pack is over the usable window", needs={"request": estimate},
-          usable=pack.manifest["usable"], window=window)
-      if policy.overflow is OverflowPolicy.FAIL_LOUD:
-        raise over
-
-    llm_request.contents = new_contents
-    llm_request.config = new_config
+    rw = self._rewrite(pack, positions, cache, contents, convo, anchor, user, user_text, llm_request,
+                       system_parts, new_system, scoped, counter)
+    if rw.over is not None and policy.overflow is OverflowPolicy.FAIL_LOUD:
+      raise rw.over  # nothing smaller can be built: fail_loud refuses it, the ladder sends it and says so
+    guard, fallback_guard, estimate, over = rw.guard, rw.fallback_guard, rw.estimate, rw.over
+    llm_request.contents = rw.contents
+    llm_request.config = rw.config
     scoped.apply_tools_dict(llm_request)
     self._note_allowed(ctx, scoped)
     calls = _llm_calls(ctx)
@@ -964,7 +942,7 @@ class ContextPackPlugin(BasePlugin):
       state[lane_steps_key] = steps
       if undo is not None:
         undo.written[lane_steps_key] = steps
-    payload_at = sum(1 for i in (kept if fallback is None else keep) if i < convo[anchor])
+    payload_at = sum(1 for i in rw.sent if i < convo[anchor])
     _hold_cache_creation(llm_request, payload_at)
     before = getattr(llm_request, "cache_metadata", None)
     self._add_call(_Sent(ctx.actions, model, estimate, weakref.ref(cache), llm_request, payload_at, undo,
@@ -978,9 +956,9 @@ class ContextPackPlugin(BasePlugin):
     runtime = {
         "compile_ms": round((time.perf_counter() - started) * 1000, 3),
         "request_tokens_estimate": estimate,
-        "guard": {"ok": guard.ok, "problems": guard.problems, "fallback": bool(fallback),
+        "guard": {"ok": guard.ok, "problems": guard.problems, "fallback": fallback_guard is not None,
                   **({"fallback_tokens": estimate, "fallback_fits": over is None,
-                      "fallback_problems": fallback_guard.problems} if fallback else {})},
+                      "fallback_problems": fallback_guard.problems} if fallback_guard is not None else {})},
         "calibration": calibration.snapshot(model),
         "tool_scoping": scoped.describe(),
     }
@@ -1012,6 +990,46 @@ class ContextPackPlugin(BasePlugin):
     if over is not None:
       self._record_fault(ctx, over, "before_model",
                          outcome=f"the minimal safe pack was sent, {estimate - over.usable} tokens over the usable window")
+
+  def _rewrite(self, pack: CompiledPack, positions: Mapping[str, list[int]], cache: _SessionCache,
+               contents: list[types.Content], convo: list[int], anchor: int, user: types.Content, user_text: str,
+               llm_request, system_parts: Optional[list[types.Part]], new_system: str, scoped: Any,
+               counter: TokenCounter) -> "_Rewrite":
+    """The request the pack makes, checked by the validity guard; the minimal safe pack if it fails.
+
+    Everything kept stays in its original order, the payload in the user turn's place.
+    """
+    keep = {i for iid in pack.inflight_ids for i in positions[iid]}
+    kept = set(keep)
+    for gid in pack.conversation_ids:
+      s, e = cache.compiler.history_group(gid).meta["span"]
+      kept.update(convo[s:e])
+    new_contents = _in_order(contents, kept, convo[anchor], _payload_message(pack.payload, user, user_text))
+    new_config = llm_request.config.model_copy(deep=False)
+    new_config.system_instruction = types.Content(role="user", parts=system_parts) if system_parts is not None else new_system
+    new_config = scoped.apply_config(new_config)
+    if pack.tool_overrides:
+      new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
+    usable, pending = pack.manifest["usable"], pending_calls(contents)
+    guard = check_request(new_contents, new_config, counter, usable=usable, pending=pending, last_role=contents[-1].role)
+    if guard.ok:
+      return _Rewrite(new_contents, new_config, kept, guard, None, guard.tokens, None)
+    # The minimal pack: this invocation's own contents, and the pending calls and
+    # confirmations (never dropped) with the user turns they open on.
+    for gid in pack.pinned_ids:
+      s, e = cache.compiler.history_group(gid).meta["span"]
+      keep.update(convo[s:e])
+    new_contents = _in_order(contents, keep, convo[anchor], _payload_message(pack.minimal_payload, user, user_text))
+    self._log_once("guard:" + _shape(guard.problems[0]), logging.WARNING,
+                   "context pack failed the validity guard (%s); sending the minimal safe pack", guard.problems)
+    fallback_guard = check_request(new_contents, new_config, counter, usable=usable, pending=pending,
+                                   last_role=contents[-1].role)
+    estimate = fallback_guard.tokens
+    over = None
+    if estimate > usable:
+      over = ContextBudgetExhausted("the minimal safe pack is over the usable window", needs={"request": estimate},
+                                    usable=usable, window=pack.manifest["window"])
+    return _Rewrite(new_contents, new_config, keep, guard, fallback_guard, estimate, over)
 
   def _read_state(self, state) -> tuple[Any, dict[str, list[str]]]:
     """The plan, knowledge and step tools in state, and the keys nothing reads; both logged once."""

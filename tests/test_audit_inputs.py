@@ -42,6 +42,22 @@ def test_round_trip_is_exact_and_compiles_identically(ci):
   assert canonical_json(compile_pack(back, counter).manifest) == canonical_json(a)
 
 
+def test_a_shared_memo_decodes_each_item_once_and_changes_nothing():
+  """Replaying a session decoded every call's whole history again: parsing alone was
+  quadratic in its length. Calls of one session share a memo of decoded items."""
+  counter = get_counter("o200k_base")
+  a, b = ri.encode(_ci(40), chunk_size=16), ri.encode(_ci(41), chunk_size=16)
+  memo: dict = {}
+  da = ri.decode(a.section, a.blobs, memo)
+  seen = len(memo)
+  db = ri.decode(b.section, b.blobs, memo)
+  assert len(memo) == seen + 1 and all(x is y for x, y in zip(da.history, db.history))
+  for enc, got in ((a, da), (b, db)):
+    plain = ri.decode(enc.section, enc.blobs)
+    assert canonical_json(got.model_dump(mode="json")) == canonical_json(plain.model_dump(mode="json"))
+    assert canonical_json(compile_pack(got, counter).manifest) == canonical_json(compile_pack(plain, counter).manifest)
+
+
 def test_consecutive_calls_share_full_chunks_and_items():
   a, b = ri.encode(_ci(40), chunk_size=16), ri.encode(_ci(41), chunk_size=16)
   la, lb = a.section["history"]["levels"], b.section["history"]["levels"]

@@ -290,11 +290,25 @@ def stored_policy(data: Any) -> PackPolicy:
     raise ValueError(f"stored policy: {policy_problem(e)}") from None
 
 
-def decode(section: Mapping[str, Any], blobs: Mapping[str, bytes]) -> CompileInput:
-  """Rebuilds the exact ``CompileInput``; every blob is checked against its key."""
+def decode(section: Mapping[str, Any], blobs: Mapping[str, bytes], memo: Optional[dict[str, Item]] = None) -> CompileInput:
+  """Rebuilds the exact ``CompileInput``; every blob is checked against its key.
+
+  ``memo``: items already decoded, by key, shared by the calls of one session (each call's
+  history holds the one before it: decoding every call's whole history again made replaying
+  a session quadratic in its items' parsing). A key names its bytes, so a memoised item is
+  the one those bytes hold.
+  """
   s = _check_section(section)
-  items = [Item.model_validate(_load(blobs, k)) for k in s["items"]]
-  inflight = [Item.model_validate(_load(blobs, k)) for k in s["inflight"]]
-  history = [Item.model_validate(_load(blobs, k)) for k in history_keys(s, blobs)]
+  memo = {} if memo is None else memo
+
+  def item(key: str) -> Item:
+    got = memo.get(key)
+    if got is None:
+      got = memo[key] = Item.model_validate(_load(blobs, key))
+    return got
+
+  items = [item(k) for k in s["items"]]
+  inflight = [item(k) for k in s["inflight"]]
+  history = [item(k) for k in history_keys(s, blobs)]
   call = CallInputs.model_validate({**s["call"], "items": items, "inflight": inflight})
   return CompileInput(policy=stored_policy(_load(blobs, s["policy"])), history=history, call=call)

@@ -104,8 +104,8 @@ class Rebuilt:
     return {k: v for k, v in manifest_doc.body_of(self.call.doc).items() if k not in _IGNORED}
 
 
-async def resolve_inputs(source, call: StoredCall) -> tuple[CompileInput, dict[str, str], dict[str, Any]]:
-  """Verifies the manifest and loads its content-addressed inputs."""
+async def resolve_inputs(source, call: StoredCall, memo: Optional[dict] = None) -> tuple[CompileInput, dict[str, str], dict[str, Any]]:
+  """Verifies the manifest and loads its content-addressed inputs (``memo``: see ``inputs.decode``)."""
   doc = manifest_doc.verify(call.doc, where=call.where)
   from ..core.compiler import MANIFEST_SCHEMA
   if doc.get("schema") != MANIFEST_SCHEMA:  # another aether-frame's decisions: not a "difference"
@@ -122,7 +122,7 @@ async def resolve_inputs(source, call: StoredCall) -> tuple[CompileInput, dict[s
       raise replay_inputs.BlobIntegrityError(f"{call.where}: history chunk {missing} is missing from the store")
   blobs = await source.blobs(ref.app, ref.user, replay_inputs.all_keys(section, blobs))
   try:
-    ci = replay_inputs.decode(section, blobs)
+    ci = replay_inputs.decode(section, blobs, memo)
   except replay_inputs.BlobIntegrityError as e:
     hint = ""
     if "missing" in str(e) and getattr(source, "blob_source", True) is None:
@@ -135,8 +135,8 @@ async def resolve_inputs(source, call: StoredCall) -> tuple[CompileInput, dict[s
   return ci, hashes, json.loads(blobs[section["policy"]])
 
 
-async def rebuild(source, call: StoredCall, *, ranking=None, policy_override=None) -> Rebuilt:
-  ci, hashes, stored_policy = await resolve_inputs(source, call)
+async def rebuild(source, call: StoredCall, *, ranking=None, policy_override=None, memo: Optional[dict] = None) -> Rebuilt:
+  ci, hashes, stored_policy = await resolve_inputs(source, call, memo)
   ci = ci.model_copy(update={"policy": apply_override(ci.policy, policy_override)})
   counter = counter_for(call.doc.get("tokenizer") or {})
   ranker, make_index = ranking or default_ranking()
@@ -323,9 +323,10 @@ def _changed_paths(a: Any, b: Any, prefix: str = "") -> list[str]:
   return [] if a == b else [f"{prefix.rstrip('.')} {_fmt(a)} → {_fmt(b)}"]
 
 
-async def replay_call(source, call: StoredCall, *, ranking=None, policy_override=None) -> CallReport:
+async def replay_call(source, call: StoredCall, *, ranking=None, policy_override=None,
+                      memo: Optional[dict] = None) -> CallReport:
   try:
-    rb = await rebuild(source, call, ranking=ranking, policy_override=policy_override)
+    rb = await rebuild(source, call, ranking=ranking, policy_override=policy_override, memo=memo)
   except manifest_doc.ManifestIntegrityError as e:
     return CallReport(call.label, call.version, "refused", error=_without(str(e), call.where))
   except Exception as e:
@@ -346,13 +347,14 @@ async def replay(source, *, policy_override=None, on_call: Optional[Callable[[Ca
   ranking = default_ranking()
   reports = []
   for ref in await source.sessions():
+    memo: dict = {}  # decoded items, shared by the session's calls
     for v in await source.versions(ref):
       try:
         call = await source.load(ref, v)
       except Exception as e:
         rep = CallReport(f"{ref.label()} v{v}", v, "error", error=f"{type(e).__name__}: {e}")
       else:
-        rep = await replay_call(source, call, ranking=ranking, policy_override=policy_override)
+        rep = await replay_call(source, call, ranking=ranking, policy_override=policy_override, memo=memo)
       reports.append(rep)
       if on_call is not None:
         on_call(rep)

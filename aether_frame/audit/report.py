@@ -60,6 +60,7 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
   # prompt): a session holds several agents' calls (transfers, AgentTool children).
   prev: dict[str, Optional[Rebuilt]] = {}
   seen: dict[str, int] = {}  # manifest -> the version that stored it first
+  memo: dict = {}  # decoded items, shared by the session's calls
   for v in await source.versions(ref):
     try:
       call = await source.load(ref, v)
@@ -78,7 +79,7 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
     agent = f'{doc.get("agent") or "?"} {doc.get("lane") or ""}'.strip()  # parallel runs are told apart
     row.first = agent not in prev
     try:
-      rb = await rebuild(source, call, ranking=ranking)
+      rb = await rebuild(source, call, ranking=ranking, memo=memo)
     except manifest_doc.ManifestIntegrityError:
       raise
     except Exception as e:

@@ -156,3 +156,48 @@ def test_a_bucket_location_takes_blobs_from_blobs_option(gcs_emulator, capsys): 
   assert "missing" in capsys.readouterr().out
   assert main(["replay", loc, "-q", "--blobs", f"gs://{BUCKET}/{APP}/{USER}"]) == 0
   assert f"{n} calls: {n} identical" in capsys.readouterr().out
+
+
+def test_a_session_whose_newest_call_is_an_agent_tool_childs_still_lists_by_bucket(gcs_emulator, capsys):  # noqa: F811
+  """Ids holding '/' are settled by the session id the manifests record; a child's manifest
+  (stored in its caller's history) records the child's throwaway session, and when it was the
+  newest, replaying the whole bucket failed for every session (GCS review)."""
+  from google.adk.agents import LlmAgent
+  from google.adk.apps import App
+  from google.adk.runners import Runner
+  from google.adk.sessions import InMemorySessionService
+  from google.adk.tools.agent_tool import AgentTool
+
+  from aether_frame import ContextPackPlugin
+  from aether_frame.adk.manifest_store import ManifestWriter
+  from aether_frame.offline_model import OfflineLlm, tool_call
+
+  bucket = "af-slash-child"
+  gcs_emulator.create_bucket(bucket)
+  child = LlmAgent(name="fact_checker", model=OfflineLlm(default="Checked."), instruction="Check.",
+                   description="Checks a claim")
+
+  def reply(req):
+    said = " ".join(p.text for p in req.contents[-1].parts or () if p.text)
+    return tool_call("fact_checker", {"request": "is it true?"}) if said.endswith("please check this") else "Noted."
+
+  root = LlmAgent(name="researcher", model=OfflineLlm(default=reply), instruction="Research.",
+                  tools=[AgentTool(child, skip_summarization=True)])
+  plugin = ContextPackPlugin(window=8192, manifest_writer=ManifestWriter(spool_dir=False))
+  runner = Runner(app=App(name="prod_app", root_agent=root, plugins=[plugin]), session_service=InMemorySessionService(),
+                  artifact_service=GcsArtifactService(bucket))
+
+  async def go():
+    s = await runner.session_service.create_session(app_name="prod_app", user_id="team/hank", session_id="case/42")
+    for text in ("hello there", "more notes", "please check this"):
+      async for _ in runner.run_async(user_id="team/hank", session_id=s.id,
+                                      new_message=types.Content(role="user", parts=[types.Part(text=text)])):
+        pass
+
+  asyncio.run(go())
+  assert plugin.faults == 0
+  names = [n for n in gcs_emulator.blob_names(bucket) if n.startswith("prod_app/") and "/manifest.json/" in n]
+  assert len(names) == 4 and names[-1].endswith("/3")  # the child's call is the newest
+  for location in (f"gs://{bucket}", f"gs://{bucket}/prod_app"):
+    assert main(["replay", location, "-q"]) == 0, capsys.readouterr().err
+    assert "4 calls: 4 identical" in capsys.readouterr().out

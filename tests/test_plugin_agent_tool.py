@@ -163,3 +163,37 @@ async def test_an_agent_tool_childs_inputs_go_to_the_blob_scope_and_its_manifest
   assert [d["agent"] for d in docs].count("researcher") == 2
   reports = await replay(open_location(str(tmp_path / "store")))
   assert [r.status for r in reports] == ["identical"] * len(docs) == ["identical"] * 6
+
+
+async def test_with_a_dedicated_manifest_store_an_agent_tool_childs_manifests_join_the_callers_history(tmp_path):
+  """``ManifestWriter(service=...)`` (a bucket of its own): each child call wrote a one-manifest
+  session of the child's throwaway id instead of joining the caller's history (GCS review)."""
+  from google.adk.artifacts import FileArtifactService
+
+  from aether_frame.adk.manifest_store import MANIFEST_FILENAME, ManifestWriter
+  from aether_frame.audit.replay import replay
+  from aether_frame.audit.source import open_location
+
+  child = LlmAgent(name="researcher", model=OfflineLlm(default="The capital is Paris."), instruction="You look up facts.",
+                   description="Looks up facts")
+  calls = iter(range(100))
+
+  def root_reply(req):
+    if any(p.function_response for p in req.contents[-1].parts or ()):
+      return "Answer: Paris."
+    return tool_call("researcher", {"request": "capital?"}, f"c{next(calls)}")
+
+  store = FileArtifactService(str(tmp_path / "manifests"))
+  root = LlmAgent(name="root", model=OfflineLlm(default=root_reply), instruction="You answer.", tools=[AgentTool(child)])
+  plugin = ContextPackPlugin(window=8192, manifest_writer=ManifestWriter(service=store, spool_dir=tmp_path / "spool"))
+  runner = make_runner(root, [plugin])
+  s = await new_session(runner)
+  for text in ("capital of France?", "and of Spain?"):
+    await say(runner, s.id, text)
+  assert plugin.faults == 0
+  versions = await store.list_versions(app_name=runner.app_name, user_id=USER, session_id=s.id, filename=MANIFEST_FILENAME)
+  assert len(versions) == 6, versions  # root, researcher, root, twice: all in the caller's history
+  refs = await open_location(str(tmp_path / "manifests")).sessions()
+  assert [r.session for r in refs] == [s.id], refs
+  reports = await replay(open_location(str(tmp_path / "manifests")))
+  assert [r.status for r in reports] == ["identical"] * 6

@@ -97,6 +97,19 @@ def _unforwarded(service: Any, ic: Any) -> tuple[Any, Any]:
   return service, ic
 
 
+def _caller(ic: Any) -> Any:
+  """The invocation an ``AgentTool`` child's manifests belong to: its caller's (through any
+  nesting), found through the ``ForwardingArtifactService`` ADK gives the child, whatever
+  store the manifests go to. A child runs in a throwaway session of its own."""
+  for _ in range(16):  # AgentTools nest; bounded all the same
+    service = getattr(ic, "artifact_service", None)
+    parent = getattr(service, "_invocation_context", None) if type(service).__name__ == "ForwardingArtifactService" else None
+    if parent is None:
+      break
+    ic = parent
+  return ic
+
+
 async def _settled(awaitables) -> list:
   """``gather``, but a failure is raised only once every sibling has settled: no write
   is still in flight (in a worker thread) when the caller hears that the store failed."""
@@ -270,6 +283,7 @@ class ManifestWriter:
     owner = ic
     if self.service is not None:
       ctx = None  # a store of our own: not one of the session's artifacts, so no artifact_delta
+      owner = _caller(ic)  # an AgentTool's child: in the caller's history there too
     else:
       service, owner = _unforwarded(service, ic)
       if owner is not ic:

@@ -230,8 +230,9 @@ class GcsSource(Source):
     if not splits:
       return None
     if len(splits) > 1:
-      session = self._stored_session_id(app, splits[0], versions)
-      named = [sp for sp in splits if sp[1] == session]
+      sessions = self._stored_session_ids(app, splits[0], versions)
+      session = sessions[0] if sessions else None
+      named = [sp for sp in splits if sp[1] in sessions]
       if named:
         splits = named
       elif self.user is not None:
@@ -251,12 +252,15 @@ class GcsSource(Source):
       return None
     return SessionRef(app, user, session)
 
-  def _stored_session_id(self, app: str, split: tuple[str, str], versions: list[int]) -> Optional[str]:
-    """The session id the newest readable manifest at ``APP/USER/SESSION`` records (every
-    reading names the same objects). A rewind's empty marker, a corrupt or vanished version
-    is skipped: one of them must not make the whole bucket's listing fail."""
+  def _stored_session_ids(self, app: str, split: tuple[str, str], versions: list[int]) -> list[str]:
+    """The session ids the newest readable manifests at ``APP/USER/SESSION`` record, newest
+    first (every reading names the same objects). An ``AgentTool`` child's manifest, stored in
+    its caller's history, records the child's throwaway session: the caller's calls name the
+    real one. A rewind's empty marker, a corrupt or vanished version is skipped: one of them
+    must not make the whole bucket's listing fail."""
     from google.api_core.exceptions import NotFound
 
+    found: list[str] = []
     for version in sorted(versions, reverse=True)[:_SESSION_ID_READS]:
       blob = self.service.bucket.blob(f"{app}/{split[0]}/{split[1]}/{self.filename}/{version}")
       try:
@@ -264,9 +268,9 @@ class GcsSource(Source):
       except (ValueError, NotFound):
         continue
       value = doc.get("session_id") if isinstance(doc, dict) else None
-      if isinstance(value, str):
-        return value
-    return None
+      if isinstance(value, str) and value not in found:
+        found.append(value)
+    return found
 
 
 class FolderSource(Source):

@@ -314,3 +314,54 @@ def test_an_entry_for_a_store_whose_name_is_not_utf8_is_spooled_and_flushed_ther
   kw = dict(app_name=APP, user_id=USER, session_id="s1", filename=MANIFEST_FILENAME)
   assert json.loads(asyncio.run(svc.load_artifact(**kw)).inline_data.data) == doc
   assert spool.paths() == []
+
+
+class ThreadedSlowStore(FileArtifactService):
+  """Saves in a worker thread that sleeps first, as GcsArtifactService's (retrying) uploads do: a
+  task cancelled with its loop stops waiting, but its thread still writes the object."""
+
+  delay: float = 0.0
+  down: bool = False
+
+  def _save_artifact_sync(self, app_name, user_id, filename, *args):
+    if self.down:
+      raise PermissionError("403 caller does not have storage.objects.create access")
+    if filename == MANIFEST_FILENAME:  # blobs are quick; the manifest's upload is the slow one
+      time.sleep(self.delay)
+    return super()._save_artifact_sync(app_name, user_id, filename, *args)
+
+
+def test_an_upload_cancelled_with_its_loop_keeps_the_spool_locked_so_it_is_not_sent_twice(tmp_path, monkeypatch):
+  """``flush`` timed out on an upload and ended (``asyncio.run`` cancels the task); the lock was
+  released then, while ADK's worker thread went on and stored the object: a flush in another
+  process meanwhile sent the same manifest again (GCS review: versions [0, 1, 2, 3, 0])."""
+  from aether_frame.adk import manifest_store
+
+  svc = ThreadedSlowStore(str(tmp_path / "store"))
+  spool_dir = tmp_path / "spool"
+
+  async def make_calls():
+    writer = recording_writer(spool_dir=spool_dir, timeout=0.3)
+    runner, plugin, model = make_run(svc, writer=writer, include_artifacts=False, tools=False)
+    sid = await start_session(runner)
+    svc.down = True  # the store refuses: the calls' manifests wait in the spool
+    for t in turns(2, tools=False):
+      await say(runner, sid, t)
+    svc.down = False
+    return writer, sid
+
+  writer, sid = asyncio.run(make_calls())
+  assert len(Spool(spool_dir).pending()) == 2
+  svc.delay = 1.5
+  rep = asyncio.run(writer.flush(svc))  # times out on the first entry; the loop closes under its upload
+  assert rep.busy or rep.errors, rep
+  assert not Spool(spool_dir).acquire(), "the lock must stay held: the cancelled upload ran on in its thread"
+  svc.delay = 0.0
+  rep = asyncio.run(writer.flush(svc))
+  assert rep.busy and rep.flushed == 0  # within LINGER_SECONDS: the first may still land
+  monkeypatch.setattr(manifest_store, "LINGER_SECONDS", 0.0)
+  rep = asyncio.run(writer.flush(svc))
+  assert (rep.already_stored, rep.flushed, rep.pending) == (1, 1, 0), rep
+  stored = asyncio.run(_versions(svc, sid))
+  assert [d["pack_id"] for d in stored] == [d["pack_id"] for d in writer.documents]  # once each, in order
+  assert Spool(spool_dir).acquire()  # and the lock is free again

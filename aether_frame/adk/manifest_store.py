@@ -97,6 +97,11 @@ def _unforwarded(service: Any, ic: Any) -> tuple[Any, Any]:
   return service, ic
 
 
+LINGER_SECONDS = 150.0
+"""How long an upload cancelled with its event loop may still land: google-cloud-storage
+retries a request for up to 120 s."""
+
+
 def _caller(ic: Any) -> Any:
   """The invocation an ``AgentTool`` child's manifests belong to: its caller's (through any
   nesting), found through the ``ForwardingArtifactService`` ADK gives the child, whatever
@@ -236,6 +241,9 @@ class ManifestWriter:
     there; checked again at most every _KNOWN_TTL."""
     self._known_since = time.monotonic()
     self._orphans: dict[str, asyncio.Task] = {}
+    self._lingering: dict[str, float] = {}
+    """Spool entries whose timed-out upload was cancelled with its event loop, and when: the
+    upload itself may still run in a worker thread, so the spool's lock stays held (see ``_adopt``)."""
     self._dropped: set[asyncio.Task] = set()
     """Uploads of manifests dropped from the held buffer that are still running."""
     self._flush_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
@@ -302,6 +310,7 @@ class ManifestWriter:
     )
     if self.spool is None:
       return await self._store(service, entry, ctx=ctx, blobs=blobs)
+    self._release_lingering()
     for name in [n for n, t in self._orphans.items() if t.done() and not (self.spool.root / n).exists()]:
       del self._orphans[name]  # settled, and its entry was flushed elsewhere (e.g. the CLI)
     if self._held:
@@ -342,8 +351,15 @@ class ManifestWriter:
       return
 
     def settled(t: asyncio.Task) -> None:
+      if t.cancelled():
+        # Its event loop closed under it (``asyncio.run`` ending: the CLI's flush, a sync
+        # ``Runner.run``). The upload may still run in ADK's worker thread, and land after
+        # another process's flush sent it again: the lock stays held until this process
+        # exits (after that thread), or ``LINGER_SECONDS`` pass (``_release_lingering``).
+        self._lingering[path.name] = time.monotonic()
+        return
       try:
-        if not t.cancelled() and t.exception() is None:
+        if t.exception() is None:
           self.spool.remove(path)
           self._orphans.pop(path.name, None)
       except Exception as e:  # the entry stays; the next flush finds the upload landed, or dedupes it
@@ -352,6 +368,14 @@ class ManifestWriter:
         self.spool.release()
 
     task.add_done_callback(settled)
+
+  def _release_lingering(self) -> None:
+    """Lets go of the lock held for cancelled uploads once they cannot land any more."""
+    now = time.monotonic()
+    for name, since in list(self._lingering.items()):
+      if now - since >= LINGER_SECONDS:
+        del self._lingering[name]
+        self.spool.release()
 
   def _to_spool(self, service, entry: dict[str, Any], blobs: Mapping[str, bytes], reason: str,
                 task: Optional[asyncio.Task] = None) -> Optional[Path]:
@@ -648,6 +672,7 @@ class ManifestWriter:
                           deadline: Optional[float]) -> FlushReport:
     if self._held:
       await self._retry_held()
+    self._release_lingering()
     report.held = len(self._held)
     try:  # an unwritable spool: say so, in the report, instead of raising out of the agent's call
       if self.spool.acquire():
@@ -669,6 +694,9 @@ class ManifestWriter:
         if not path.exists():  # a late upload landed meanwhile and took its entry
           report.already_stored += 1
           continue
+        if path.name in self._lingering:  # cancelled with its loop, and may still land
+          report.busy = True
+          break
         orphan = self._orphans.get(path.name)
         if orphan is not None:
           if not orphan.done() and wait > 0 and orphan.get_loop() is asyncio.get_running_loop():

@@ -55,7 +55,7 @@ while [ $# -gt 0 ]; do
     --create) create=1 ;;
     --lock-retention) lock=1 ;;
     --dry-run) dry=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
@@ -73,7 +73,8 @@ if [ "$BLOB_DAYS" -lt $((MANIFEST_DAYS + 30)) ]; then
 fi
 
 rendered="$(mktemp "${TMPDIR:-/tmp}/lifecycle.XXXXXX.json")"
-trap 'rm -f "$rendered"' EXIT
+# A dry run keeps the file: the commands it prints name it.
+[ "$dry" = 1 ] || trap 'rm -f "$rendered"' EXIT
 python3 - "$here/lifecycle.json" "$rendered" "$MANIFEST_DAYS" "$BLOB_DAYS" "$NEARLINE_DAYS" "${apps[@]}" <<'PY'
 import json, sys
 src, dst, manifest_days, blob_days, nearline_days, *apps = sys.argv[1:]
@@ -128,7 +129,7 @@ else
 fi
 
 if [ "$dry" = 1 ]; then
-  echo "--- lifecycle ($rendered)"
+  echo "--- lifecycle ($rendered, kept for the commands above)"
   cat "$rendered"
   echo
 fi

@@ -21,6 +21,11 @@ from tests.fixtures.gcs_emulator import gcs_emulator  # noqa: F401
 SCRIPT = Path(__file__).resolve().parents[1] / "infra" / "apply_bucket_policy.sh"
 
 
+@pytest.fixture(autouse=True)
+def _own_tmpdir(tmp_path, monkeypatch):
+  monkeypatch.setenv("TMPDIR", str(tmp_path))  # a dry run keeps its rendered lifecycle file: keep it here
+
+
 def _run(*args, env=None, timeout=240):
   return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
@@ -36,6 +41,21 @@ def test_dry_run_renders_one_prefix_per_app_and_blob_ages_that_outlive_manifests
     p = _run("gs://b", "--app", "shop", "--dry-run", *bad)
     assert p.returncode == 2 and p.stderr.strip()
   assert _run("gs://b", "--dry-run").returncode == 2  # no --app
+
+
+def test_help_prints_the_usage_comment_only_and_a_dry_runs_lifecycle_file_is_kept():
+  """--help printed the script's `set -euo pipefail` line; --dry-run printed a --lifecycle-file
+  its exit trap had already deleted, so the printed commands could not be run (GCS review)."""
+  p = _run("--help")
+  assert p.returncode == 0 and p.stdout.startswith("Applies the manifest bucket's lifecycle") and "set -e" not in p.stdout
+  p = _run("gs://b", "--app", "shop", "--dry-run")
+  kept = re.search(r"--- lifecycle \((\S+), kept", p.stdout)
+  assert p.returncode == 0 and kept, p.stdout[-300:]
+  path = Path(kept.group(1))
+  try:
+    assert json.loads(path.read_text())["rule"]
+  finally:
+    path.unlink(missing_ok=True)
 
 
 @pytest.mark.skipif(shutil.which("gcloud") is None, reason="Google Cloud SDK (gcloud) not installed: the apply script is only dry-run tested")

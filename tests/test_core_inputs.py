@@ -125,6 +125,26 @@ def test_json_nested_past_the_recursion_limit_is_a_named_error_or_left_as_is():
     _pack([*_base(), tool], window=200)
 
 
+@pytest.mark.parametrize("payload", [{"result": {1: "one", "two": 2}}, {"result": 10 ** 5000}], ids=["mixed-keys", "huge-int"])
+@pytest.mark.parametrize("where", ["history", "inflight", "request"])
+def test_parts_that_are_not_json_data_are_a_named_error(payload, where):
+  """A dict mixing int and str keys cannot be put in canonical order, an int past 4,300 digits
+  cannot be written: both were a bare TypeError or ValueError naming no item (property review)."""
+  resp = [{"function_call": {"id": "c1", "name": "f", "args": {}}},
+          {"function_response": {"id": "c1", "name": "f", "response": payload}}]
+  history, inflight, parts = [], [], None
+  if where == "history":
+    history = [Item(id="bad", layer=Layer.CONVERSATION, role="model", parts=resp)]
+  elif where == "inflight":
+    inflight = [Item(id="bad", layer=Layer.CONVERSATION, role="model", kind="inflight", pinned=True, parts=resp)]
+  else:
+    parts = [{"text": "x"}, resp[1]]
+  request = Item(id="bad" if where == "request" else "task:u", layer=Layer.TASK, kind="user_request", text="hi", parts=parts)
+  call = CallInputs(items=[request], inflight=inflight, window=8000)
+  with pytest.raises(ValueError, match=r"^item 'bad': parts are not JSON data \("):
+    compile_pack(CompileInput(policy=PackPolicy(), history=history, call=call), COUNTER)
+
+
 @pytest.mark.parametrize("key", ["access_count", "salience", "last_access"])
 def test_a_meta_integer_past_floats_range_is_ignored_by_the_ranker(key):
   """JSON integers are unbounded: float() of a 401-digit one raised OverflowError in the ranker."""

@@ -176,6 +176,17 @@ def _too_deep(items: Sequence[Item]) -> str:
   return "an item's parts are nested too deeply to read as JSON"
 
 
+def _not_json(items: Sequence[Item], error: Exception) -> str:
+  """Names the item whose parts are not JSON data: keys of mixed types (``{1: "a", "b": 2}``)
+  cannot be put in canonical order, an int past 4,300 digits cannot be written."""
+  for it in items:
+    try:
+      canonical_parts_json(it.parts)
+    except (TypeError, ValueError, RecursionError) as e:
+      return f"item {it.id!r}: parts are not JSON data ({e})"
+  return f"an item's parts are not JSON data ({error})"
+
+
 def _opens_turn(group: Item) -> bool:
   """A conversation group a request may start with: not the model's, not a function response."""
   if group.role == "model":
@@ -305,6 +316,8 @@ class CompilerSession:
       counted = count_parts_many([it.parts for it in with_parts], self.counter)
     except RecursionError:
       raise ValueError(_too_deep(with_parts)) from None
+    except (TypeError, ValueError) as e:
+      raise ValueError(_not_json(with_parts, e)) from None
     for it, n in zip(with_parts, counted):
       tokens[it.id] = MESSAGE_OVERHEAD + n
     if plain:
@@ -731,6 +744,8 @@ class CompilerSession:
           n += count_parts(it.parts, self.counter)
         except RecursionError:
           raise ValueError(_too_deep([it])) from None
+        except (TypeError, ValueError) as e:
+          raise ValueError(_not_json([it], e)) from None
       out[i] = it.model_copy(update={"tokens": n})
     return out
 

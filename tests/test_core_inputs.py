@@ -275,3 +275,12 @@ def test_a_source_or_author_holding_line_breaks_stays_one_payload_line():
   assert any(line.startswith("- e2 (") for line in lines), payload  # a blank source: the item's id
   assert any("Ann SYSTEM:) Likes tables." in line for line in lines), payload
   assert not any(line.strip() in ("IGNORE ME", ".md (undated): Vendor A fact.", "SYSTEM:) Likes tables.") for line in lines)
+
+
+@pytest.mark.parametrize("role", ["assistant", "system", "tool", "User"])
+def test_a_role_other_than_user_or_model_is_refused_by_name(role):
+  """Any role but "model" counted as a user turn, so a tail of OpenAI-style "assistant" turns could
+  be cut to open on the assistant's (property review); genai has two roles."""
+  with pytest.raises(ValidationError, match=r"role\n  Input should be 'user' or 'model'"):
+    Item(id="h0", layer=Layer.CONVERSATION, role=role, text="hi")
+  assert Item(id="h1", layer=Layer.CONVERSATION, role="model", text="ok").role == "model"

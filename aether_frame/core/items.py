@@ -9,7 +9,7 @@ JSON form of ``google.genai.types.Part`` dicts.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -88,8 +88,9 @@ class Item(BaseModel):
   layer: Layer
   text: str = ""
   parts: Optional[list[dict[str, Any]]] = None
-  role: Optional[str] = None
-  """For conversation items: the genai role (``user`` or ``model``)."""
+  role: Optional[Literal["user", "model"]] = None
+  """For conversation items: the genai role. Another name ("assistant", "tool") is refused:
+  the tail's cut must know which turns are the user's, as providers require one first."""
   tokens: Optional[int] = Field(default=None, ge=0)
   priority: int = Field(default=0, ge=-2**53, le=2**53)  # (a 5,000-digit int failed deep in the digest)
   """Higher first; ties are broken by score, then by input order."""

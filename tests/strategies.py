@@ -409,7 +409,8 @@ def check_accounting(inp: CompileInput, pack: CompiledPack) -> None:
         assert rows[it.id]["status"] == "compressed", rows[it.id]
         if it.kind == "step":
           assert item_line(it) not in payload.split("\n")
-          assert any(ln.startswith("- ") and ln[2:] and it.text.startswith(ln[2:]) for ln in payload.split("\n")), it.id
+          flat = " ".join(it.text.split())  # as rendered: one line, whitespace (U+2028 too) collapsed
+          assert any(ln.startswith("- ") and ln[2:] and flat.startswith(ln[2:]) for ln in payload.split("\n")), it.id
         continue
       assert rows[it.id]["status"] == "included", rows[it.id]
       if it.layer is Layer.TOOLS or (it.layer is Layer.TASK and it.kind != "user_request"):

@@ -132,15 +132,8 @@ async def test_interactions_api_agents_are_left_alone(caplog):
   assert len(warnings) == 1 and "root" in warnings[0]
 
 
-async def test_an_agent_tool_childs_inputs_go_to_the_blob_scope_and_its_manifests_replay(tmp_path):
-  """The child's artifact service forwards every save into the caller's session: its input
-  blobs landed there as session artifacts (in the user's listing, outside the blob scope),
-  and replay refused the child's calls for missing blobs."""
-  from google.adk.artifacts import FileArtifactService
-
-  from aether_frame.audit.replay import replay
-  from aether_frame.audit.source import open_location
-
+def _root_with_researcher() -> LlmAgent:
+  """A root agent that asks its AgentTool child "researcher" once per user turn, then answers."""
   child = LlmAgent(name="researcher", model=OfflineLlm(default="The capital is Paris."), instruction="You look up facts.",
                    description="Looks up facts")
   calls = iter(range(100))
@@ -150,9 +143,21 @@ async def test_an_agent_tool_childs_inputs_go_to_the_blob_scope_and_its_manifest
       return "Answer: Paris."
     return tool_call("researcher", {"request": "capital?"}, f"c{next(calls)}")
 
-  root = LlmAgent(name="root", model=OfflineLlm(default=root_reply), instruction="You answer.", tools=[AgentTool(child)])
+  return LlmAgent(name="root", model=OfflineLlm(default=root_reply), instruction="You answer.", tools=[AgentTool(child)])
+
+
+async def test_an_agent_tool_childs_inputs_go_to_the_blob_scope_and_its_manifests_replay(tmp_path):
+  """The child's artifact service forwards every save into the caller's session: its input
+  blobs landed there as session artifacts (in the user's listing, outside the blob scope),
+  and replay refused the child's calls for missing blobs."""
+  from google.adk.artifacts import FileArtifactService
+
+  from aether_frame.audit.replay import replay
+  from aether_frame.audit.source import open_location
+
+
   plugin = ContextPackPlugin(window=8192)
-  runner = make_runner(root, [plugin], artifact_service=FileArtifactService(str(tmp_path / "store")))
+  runner = make_runner(_root_with_researcher(), [plugin], artifact_service=FileArtifactService(str(tmp_path / "store")))
   s = await new_session(runner)
   for text in ("capital of France?", "and of Spain?"):
     await say(runner, s.id, text)
@@ -174,19 +179,10 @@ async def test_with_a_dedicated_manifest_store_an_agent_tool_childs_manifests_jo
   from aether_frame.audit.replay import replay
   from aether_frame.audit.source import open_location
 
-  child = LlmAgent(name="researcher", model=OfflineLlm(default="The capital is Paris."), instruction="You look up facts.",
-                   description="Looks up facts")
-  calls = iter(range(100))
-
-  def root_reply(req):
-    if any(p.function_response for p in req.contents[-1].parts or ()):
-      return "Answer: Paris."
-    return tool_call("researcher", {"request": "capital?"}, f"c{next(calls)}")
 
   store = FileArtifactService(str(tmp_path / "manifests"))
-  root = LlmAgent(name="root", model=OfflineLlm(default=root_reply), instruction="You answer.", tools=[AgentTool(child)])
   plugin = ContextPackPlugin(window=8192, manifest_writer=ManifestWriter(service=store, spool_dir=tmp_path / "spool"))
-  runner = make_runner(root, [plugin])
+  runner = make_runner(_root_with_researcher(), [plugin])
   s = await new_session(runner)
   for text in ("capital of France?", "and of Spain?"):
     await say(runner, s.id, text)

@@ -11,20 +11,13 @@ from __future__ import annotations
 from aether_frame.adk import plugin as plugin_mod
 from aether_frame.adk.guard import GuardResult, check_request
 from aether_frame.adk.plugin import ContextPackPlugin
-from aether_frame.offline_model import OfflineLlm
-from tests.adk_support import Recorder, agent, make_runner, manifests, new_session, say
-from tests.test_plugin_pending import _fc, _has_call, _jobs
+from tests.adk_support import manifests, say
+from tests.test_plugin_pending import _has_call, alpha_done_beta_pending
 
 
 async def test_the_minimal_pack_keeps_a_pending_call_and_the_turn_that_asked_for_it(monkeypatch):
-  model = OfflineLlm(script=[_fc("alpha"), "alpha finished.", _fc("beta"), "beta is running.", "4"])
-  ag, _ = agent(model=model, tools=[_jobs({"alpha"})])
-  recorder = Recorder()
   plugin = ContextPackPlugin(window=100_000)
-  runner = make_runner(ag, [recorder, plugin])
-  session = await new_session(runner)
-  await say(runner, session.id, "start job alpha")
-  await say(runner, session.id, "start job beta")
+  runner, session, model, recorder = await alpha_done_beta_pending(plugin)
   forced = {"n": 0}
 
   def reject_first(*args, **kwargs):  # the packed request is rejected; the minimal one is checked for real

@@ -34,42 +34,37 @@ class BrokenNotes:
     raise TimeoutError("notes store did not answer")
 
 
+async def _one_call(plugin: ContextPackPlugin, text: str, memory_service=None):
+  """One user turn through a real Runner; returns (the call's manifest, the offline model)."""
+  model = OfflineLlm(default="ok")
+  ag, _ = agent(model=model)
+  runner = make_runner(ag, [plugin], memory_service=memory_service)
+  session = await new_session(runner)
+  await say(runner, session.id, text)
+  return (await manifests(runner, session.id))[-1], model
+
+
 @pytest.mark.parametrize("memory,expected", [(HangingMemory(), "timed out after 0.3 s"),
                                               (BrokenMemory(), "ConnectionError: memory backend refused the connection")])
 async def test_a_failing_memory_service_leaves_memory_out_and_the_call_packed(memory, expected):
-  model = OfflineLlm(default="ok")
-  ag, _ = agent(model=model)
   plugin = ContextPackPlugin(window=8192, memory_search_timeout=0.3)
-  runner = make_runner(ag, [plugin], memory_service=memory)
-  session = await new_session(runner)
   started = time.monotonic()
-  await say(runner, session.id, "what did we decide about the rollout?")
+  doc, model = await _one_call(plugin, "what did we decide about the rollout?", memory)
   assert time.monotonic() - started < 20, "the call waited for the memory service"
-  doc = (await manifests(runner, session.id))[-1]
   assert plugin.faults == 0 and doc["runtime"]["sources_failed"] == {"memory_service": expected}
   assert payload_of(model.received[-1]).startswith("CONTEXT PACK"), "the call went out unpacked"
 
 
 async def test_failing_working_memory_is_left_out_and_named():
-  model = OfflineLlm(default="ok")
-  ag, _ = agent(model=model)
   plugin = ContextPackPlugin(window=8192, working_memory=BrokenNotes())
-  runner = make_runner(ag, [plugin])
-  session = await new_session(runner)
-  await say(runner, session.id, "hello")
-  doc = (await manifests(runner, session.id))[-1]
+  doc, model = await _one_call(plugin, "hello")
   assert plugin.faults == 0 and doc["runtime"]["sources_failed"] == {"working_memory": "TimeoutError: notes store did not answer"}
   assert payload_of(model.received[-1]).startswith("CONTEXT PACK")
 
 
 async def test_a_working_memory_service_is_read_and_nothing_is_reported():
-  model = OfflineLlm(default="ok")
-  ag, _ = agent(model=model)
   plugin = ContextPackPlugin(window=8192)
-  runner = make_runner(ag, [plugin], memory_service=InMemoryMemoryService())
-  session = await new_session(runner)
-  await say(runner, session.id, "hello")
-  doc = (await manifests(runner, session.id))[-1]
+  doc, _ = await _one_call(plugin, "hello", InMemoryMemoryService())
   assert "sources_failed" not in doc["runtime"] and plugin.faults == 0
 
 

@@ -54,17 +54,24 @@ def _guard(doc: dict) -> dict:
   return doc["runtime"]["guard"]
 
 
-async def test_a_pending_long_running_call_keeps_the_history():
-  """The reviewer's repro: an earlier answered call to the same tool must not make the
-  pending one look answered, which failed the guard and sent the minimal pack."""
+async def alpha_done_beta_pending(plugin: ContextPackPlugin):
+  """A session where long job alpha finished and beta is still running; the model answers "4" next.
+  Returns (runner, session, model, recorder): the recorder keeps each request as it came."""
   model = OfflineLlm(script=[_fc("alpha"), "alpha finished.", _fc("beta"), "beta is running.", "4"])
   ag, _ = agent(model=model, tools=[_jobs({"alpha"})])
   recorder = Recorder()
-  plugin = ContextPackPlugin(window=100_000)
   runner = make_runner(ag, [recorder, plugin])
   session = await new_session(runner)
   await say(runner, session.id, "start job alpha")
   await say(runner, session.id, "start job beta")
+  return runner, session, model, recorder
+
+
+async def test_a_pending_long_running_call_keeps_the_history():
+  """The reviewer's repro: an earlier answered call to the same tool must not make the
+  pending one look answered, which failed the guard and sent the minimal pack."""
+  plugin = ContextPackPlugin(window=100_000)
+  runner, session, model, recorder = await alpha_done_beta_pending(plugin)
   await say(runner, session.id, "meanwhile, what's 2+2?")
 
   orig, sent = recorder.requests[-1], model.received[-1]

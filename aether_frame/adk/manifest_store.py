@@ -81,22 +81,6 @@ def store_uri(service: Any) -> str:
   return f"{type(service).__name__}@{id(service):x}"
 
 
-def _unforwarded(service: Any, ic: Any) -> tuple[Any, Any]:
-  """The store an ``AgentTool`` child's artifacts really go to, and whose session they join.
-
-  ADK gives the child a ``ForwardingArtifactService`` that saves into the
-  caller's session whatever app, user and session it is told: the input blobs
-  landed there as session artifacts (outside the blob scope replay reads), and
-  a new wrapper per call defeated the blob cache.
-  """
-  for _ in range(16):  # AgentTools nest; bounded all the same
-    parent = getattr(service, "_invocation_context", None) if type(service).__name__ == "ForwardingArtifactService" else None
-    if parent is None or getattr(parent, "artifact_service", None) is None:
-      break
-    service, ic = parent.artifact_service, parent
-  return service, ic
-
-
 LINGER_SECONDS = 150.0
 """How long an upload cancelled with its event loop may still land: google-cloud-storage
 retries a request for up to 120 s."""
@@ -104,8 +88,11 @@ retries a request for up to 120 s."""
 
 def _caller(ic: Any) -> Any:
   """The invocation an ``AgentTool`` child's manifests belong to: its caller's (through any
-  nesting), found through the ``ForwardingArtifactService`` ADK gives the child, whatever
-  store the manifests go to. A child runs in a throwaway session of its own."""
+  nesting), found through the ``ForwardingArtifactService`` ADK gives the child. The child
+  runs in a throwaway session of its own, and its forwarding service saves into the caller's
+  session whatever app, user and session it is told: the input blobs landed there as session
+  artifacts (outside the blob scope replay reads), and a new wrapper per call defeated the
+  blob cache. So manifests and blobs go to the caller's own store, in the caller's session."""
   for _ in range(16):  # AgentTools nest; bounded all the same
     service = getattr(ic, "artifact_service", None)
     parent = getattr(service, "_invocation_context", None) if type(service).__name__ == "ForwardingArtifactService" else None
@@ -287,15 +274,12 @@ class ManifestWriter:
       stream = (ic.app_name, ic.user_id, ic.session.id, body.get("agent"))
     doc, blobs = self.prepare(body, runtime, compile_input, stream=stream)
     self.last_document = doc
-    service = self.service or ic.artifact_service
-    owner = ic
-    if self.service is not None:
-      ctx = None  # a store of our own: not one of the session's artifacts, so no artifact_delta
-      owner = _caller(ic)  # an AgentTool's child: in the caller's history there too
-    else:
-      service, owner = _unforwarded(service, ic)
-      if owner is not ic:
-        ctx = None  # an AgentTool's child: straight into the caller's session, in the real store
+    owner = _caller(ic)
+    service = self.service or owner.artifact_service
+    if self.service is not None or owner is not ic:
+      # A store of our own (not one of the session's artifacts, so no artifact_delta), or an
+      # AgentTool's child: straight into the caller's session, in the real store.
+      ctx = None
     if service is None:
       self._warn("no-service", "no artifact service configured; context-pack manifests are not stored")
       return None

@@ -21,6 +21,7 @@ from urllib.parse import quote, unquote
 from ..core.errors import AetherFrameError
 from ..adk.manifest_store import BLOB_APP, MANIFEST_FILENAME, blob_filename, blob_scope
 from . import inputs as replay_inputs
+from .terminal import FIELD_CONTROLS
 from .spool import SpoolEntryError, check_entry, entry_blobs, is_entry, load_blobs
 
 _LEGACY_BLOB_SESSION = "_context_pack_blobs"
@@ -53,10 +54,7 @@ def _seg(name: str) -> str:
   as a location."""
   name = re.sub(r"@(?=-?\d+$)", "%40", name.replace("%", "%25").replace("/", "%2F"))
   # Control characters too (a client-chosen id): the label is printed, and read back as a location.
-  return _CONTROL.sub(lambda m: quote(m.group(), safe=""), name)
-
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+  return FIELD_CONTROLS.sub(lambda m: quote(m.group(), safe=""), name)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 """C0 controls but tab and newline, DEL, and C1 controls."""
-_FIELD_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+FIELD_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
 """...and within one field, tab and newline too."""
 
 
@@ -24,7 +24,7 @@ def _escape(m: re.Match) -> str:
 
 def shown(value: Any) -> str:
   """``value`` as one printable field: every control character, line breaks too, as ``\\xNN``."""
-  return _FIELD_CONTROLS.sub(_escape, str(value))
+  return FIELD_CONTROLS.sub(_escape, str(value))
 
 
 class TerminalSafe:

@@ -164,26 +164,22 @@ def _negative_zero(x: float) -> bool:
   return x == 0.0 and math.copysign(1.0, x) < 0
 
 
-def _too_deep(items: Sequence[Item]) -> str:
-  """Names the item whose parts nest past Python's recursion limit (a tool's deeply nested JSON)."""
+def _parts_problem(items: Sequence[Item], error: Exception) -> str:
+  """Names the item whose parts cannot be read as JSON, and why (``error``: what costing hit).
+
+  Nested past Python's recursion limit (a tool's deeply nested JSON), or not JSON data: keys
+  of mixed types (``{1: "a", "b": 2}``) cannot be put in canonical order, an int past 4,300
+  digits cannot be written.
+  """
   for it in items:
     try:
       canonical_parts_json(it.parts)
     except RecursionError:
       return f"item {it.id!r}: parts are nested too deeply to read as JSON"
-    except (TypeError, ValueError):
-      continue
-  return "an item's parts are nested too deeply to read as JSON"
-
-
-def _not_json(items: Sequence[Item], error: Exception) -> str:
-  """Names the item whose parts are not JSON data: keys of mixed types (``{1: "a", "b": 2}``)
-  cannot be put in canonical order, an int past 4,300 digits cannot be written."""
-  for it in items:
-    try:
-      canonical_parts_json(it.parts)
-    except (TypeError, ValueError, RecursionError) as e:
+    except (TypeError, ValueError) as e:
       return f"item {it.id!r}: parts are not JSON data ({e})"
+  if isinstance(error, RecursionError):
+    return "an item's parts are nested too deeply to read as JSON"
   return f"an item's parts are not JSON data ({error})"
 
 
@@ -314,10 +310,8 @@ class CompilerSession:
     tokens: dict[str, int] = {}
     try:
       counted = count_parts_many([it.parts for it in with_parts], self.counter)
-    except RecursionError:
-      raise ValueError(_too_deep(with_parts)) from None
-    except (TypeError, ValueError) as e:
-      raise ValueError(_not_json(with_parts, e)) from None
+    except (RecursionError, TypeError, ValueError) as e:
+      raise ValueError(_parts_problem(with_parts, e)) from None
     for it, n in zip(with_parts, counted):
       tokens[it.id] = MESSAGE_OVERHEAD + n
     if plain:
@@ -742,10 +736,8 @@ class CompilerSession:
       if it.kind == "user_request" and it.parts:
         try:
           n += count_parts(it.parts, self.counter)
-        except RecursionError:
-          raise ValueError(_too_deep([it])) from None
-        except (TypeError, ValueError) as e:
-          raise ValueError(_not_json([it], e)) from None
+        except (RecursionError, TypeError, ValueError) as e:
+          raise ValueError(_parts_problem([it], e)) from None
       out[i] = it.model_copy(update={"tokens": n})
     return out
 

@@ -18,7 +18,7 @@ from google.adk.artifacts import FileArtifactService
 from google.genai import types
 
 from aether_frame.audit.diff import context_diff
-from aether_frame.audit.replay import default_ranking, rebuild
+from aether_frame.audit.replay import new_rebuilds, rebuild
 from aether_frame.audit.source import open_location
 from aether_frame.cli import main
 from aether_frame.core.request_text import common_prefix_len, request_text
@@ -50,8 +50,8 @@ async def rebuild_all(root):
   """Every call of the one session stored under ``root``, rebuilt from its stored inputs."""
   src = open_location(str(root))
   ref = (await src.sessions())[0]
-  ranking = default_ranking()
-  return [await rebuild(src, c, ranking=ranking) for c in await src.calls(ref)]
+  rebuilds = new_rebuilds()
+  return [await rebuild(src, c, rebuilds=rebuilds) for c in await src.calls(ref)]
 
 
 def naive_common_prefix(a: bytes, b: bytes) -> int:

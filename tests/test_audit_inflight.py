@@ -19,7 +19,7 @@ from google.genai import types
 
 from aether_frame.audit.cli import layer_table
 from aether_frame.audit.diff import context_diff
-from aether_frame.audit.replay import default_ranking, rebuild
+from aether_frame.audit.replay import new_rebuilds, rebuild
 from aether_frame.audit.report import collect
 from aether_frame.audit.source import open_location
 from aether_frame.adk.plugin import ContextPackPlugin
@@ -35,8 +35,8 @@ WINDOW = 6000
 async def _rebuilt(root) -> list:
   src = open_location(str(root))
   (ref,) = await src.sessions()
-  ranking = default_ranking()
-  return [await rebuild(src, c, ranking=ranking) for c in await src.calls(ref)]
+  rebuilds = new_rebuilds()
+  return [await rebuild(src, c, rebuilds=rebuilds) for c in await src.calls(ref)]
 
 
 def _tool_loop(root, pages: int = 24):

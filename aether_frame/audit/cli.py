@@ -38,6 +38,9 @@ def add_subcommands(subparsers) -> None:
   p.add_argument("--json", action="store_true", help="one JSON object per call")
   p.add_argument("-q", "--quiet", action="store_true",
                  help="print only calls that differ or fail (and, without --json, the summary)")
+  p.add_argument("--cold", action="store_true",
+                 help="compile every call from scratch, not as the next call of its session's compiler: "
+                      "the same packs, slower (time grows with the square of a session's length)")
   p.set_defaults(func=_replay)
 
   p = subparsers.add_parser("diff", help="what changed between two calls: items and tokens per layer, and where the prompt cache breaks")
@@ -231,7 +234,7 @@ async def _check_override(source, override: Optional[dict], call=None) -> None:
 
 async def _replay_async(args) -> int:
   from ..core.policy import PackPolicy
-  from .replay import default_ranking, parse_override, replay, replay_call
+  from .replay import parse_override, replay, replay_call
   from .source import open_location, split_version
   try:
     override = parse_override(args.policy_override)
@@ -268,11 +271,11 @@ async def _replay_async(args) -> int:
       print(f"    … {len(rep.differences) - 40} more")
 
   if call is not None:
-    rep = await replay_call(source, call, ranking=default_ranking(), policy_override=override)
+    rep = await replay_call(source, call, policy_override=override)
     show(rep)
     reports = [rep]
   else:
-    reports = await replay(source, policy_override=override, on_call=show)
+    reports = await replay(source, policy_override=override, on_call=show, cold=args.cold)
   counts = {s: sum(1 for r in reports if r.status == s) for s in ("identical", "different", "refused", "error")}
   if not args.json:
     print(f"{len(reports)} calls: {counts['identical']} identical, {counts['different']} different, "
@@ -292,7 +295,7 @@ def _diff(args) -> int:
 
 async def _diff_async(args) -> int:
   from .diff import context_diff, format_diff
-  from .replay import default_ranking, rebuild
+  from .replay import new_rebuilds, rebuild
   from .source import open_location
   refs = args.refs
   if len(refs) == 2:
@@ -308,9 +311,9 @@ async def _diff_async(args) -> int:
     _, call_b = await _load_ref(refs[0], args.blobs, vb, source=src_b)
   else:
     raise ValueError("diff takes A B, or LOCATION A B")
-  ranking = default_ranking()
-  a = await rebuild(src_a, call_a, ranking=ranking)
-  b = await rebuild(src_b, call_b, ranking=ranking)
+  rebuilds = new_rebuilds(cold=True)  # two calls, maybe of two sessions: each compiled whole
+  a = await rebuild(src_a, call_a, rebuilds=rebuilds)
+  b = await rebuild(src_b, call_b, rebuilds=rebuilds)
   report = context_diff(a, b)
   note = _crossing_note(call_a, call_b)
   if args.json:

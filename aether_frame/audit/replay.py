@@ -15,11 +15,12 @@ from typing import Any, Callable, Optional
 
 from ..core import manifest as manifest_doc
 from ..core.canonical import canonical_json
-from ..core.compiler import CompiledPack, CompileInput, compile_pack
+from ..core.compiler import CompiledPack, CompileInput
 from ..core.costing import EstimatingCounter, MediaCounter, TokenCounter, media_rules_named
 from ..core.policy import PackPolicy
 from . import inputs as replay_inputs
 from .source import StoredCall
+from .warm import SessionRebuilds
 
 LAYERS = ("system", "task", "tools", "evidence", "memory", "conversation", "slack")
 _IGNORED = (replay_inputs.INPUTS_KEY,)
@@ -45,13 +46,14 @@ def counter_for(tokenizer: dict[str, Any]) -> TokenCounter:
   return MediaCounter(base, media_rules_named(str(media)))
 
 
-def default_ranking() -> tuple[Any, Callable[[], Any]]:
-  """The plugin's defaults: ``default_ranker()`` and its own history index if it has one."""
+def new_rebuilds(*, cold: bool = False) -> SessionRebuilds:
+  """For one stored session's calls, ranked with the plugin's defaults: ``default_ranker()``
+  and its own history index if it has one."""
   from ..core.rank import ScanHistoryIndex
   from ..retrieval import default_ranker
   ranker = default_ranker()
   make = getattr(ranker, "new_history_index", None)
-  return ranker, (make if callable(make) else (lambda: ScanHistoryIndex(ranker)))
+  return SessionRebuilds(ranker, make if callable(make) else (lambda: ScanHistoryIndex(ranker)), cold=cold)
 
 
 def parse_override(text: Optional[str]) -> Optional[dict[str, Any]]:
@@ -135,12 +137,18 @@ async def resolve_inputs(source, call: StoredCall, memo: Optional[dict] = None) 
   return ci, hashes, json.loads(blobs[section["policy"]])
 
 
-async def rebuild(source, call: StoredCall, *, ranking=None, policy_override=None, memo: Optional[dict] = None) -> Rebuilt:
-  ci, hashes, stored_policy = await resolve_inputs(source, call, memo)
+async def rebuild(source, call: StoredCall, *, rebuilds: Optional[SessionRebuilds] = None,
+                  policy_override=None) -> Rebuilt:
+  """``call``'s pack as this code compiles it. ``rebuilds``: shared by the calls of one session,
+  taken in order (each then extends the previous call's compiler session); none: a cold compile."""
+  if rebuilds is None:
+    rebuilds = new_rebuilds(cold=True)
+  ci, hashes, stored_policy = await resolve_inputs(source, call, rebuilds.memo)
   ci = ci.model_copy(update={"policy": apply_override(ci.policy, policy_override)})
-  counter = counter_for(call.doc.get("tokenizer") or {})
-  ranker, make_index = ranking or default_ranking()
-  pack = compile_pack(ci, counter, ranker=ranker, history_index=make_index())
+  tokenizer = call.doc.get("tokenizer") or {}
+  counter = counter_for(tokenizer)
+  stream = (call.doc.get("agent"), call.doc.get("lane"), ci.policy.policy_hash(), canonical_json(tokenizer))
+  pack = rebuilds.compile(ci, [hashes[it.id] for it in ci.history], counter, stream)
   return Rebuilt(call, ci, pack, counter, hashes, stored_policy)
 
 
@@ -323,10 +331,10 @@ def _changed_paths(a: Any, b: Any, prefix: str = "") -> list[str]:
   return [] if a == b else [f"{prefix.rstrip('.')} {_fmt(a)} → {_fmt(b)}"]
 
 
-async def replay_call(source, call: StoredCall, *, ranking=None, policy_override=None,
-                      memo: Optional[dict] = None) -> CallReport:
+async def replay_call(source, call: StoredCall, *, rebuilds: Optional[SessionRebuilds] = None,
+                      policy_override=None) -> CallReport:
   try:
-    rb = await rebuild(source, call, ranking=ranking, policy_override=policy_override, memo=memo)
+    rb = await rebuild(source, call, rebuilds=rebuilds, policy_override=policy_override)
   except manifest_doc.ManifestIntegrityError as e:
     return CallReport(call.label, call.version, "refused", error=_without(str(e), call.where))
   except Exception as e:
@@ -342,19 +350,23 @@ def _without(msg: str, where: str) -> str:
   return msg[len(where) + 2:] if msg.startswith(where + ": ") else msg
 
 
-async def replay(source, *, policy_override=None, on_call: Optional[Callable[[CallReport], None]] = None) -> list[CallReport]:
-  """Replays every stored call under ``source``, in session and version order."""
-  ranking = default_ranking()
+async def replay(source, *, policy_override=None, on_call: Optional[Callable[[CallReport], None]] = None,
+                 cold: bool = False) -> list[CallReport]:
+  """Replays every stored call under ``source``, in session and version order.
+
+  ``cold``: compile each call from scratch instead of extending the previous call's
+  compiler session (the same packs, in time quadratic in a session's length).
+  """
   reports = []
   for ref in await source.sessions():
-    memo: dict = {}  # decoded items, shared by the session's calls
+    rebuilds = new_rebuilds(cold=cold)
     for v in await source.versions(ref):
       try:
         call = await source.load(ref, v)
       except Exception as e:
         rep = CallReport(f"{ref.label()} v{v}", v, "error", error=f"{type(e).__name__}: {e}")
       else:
-        rep = await replay_call(source, call, ranking=ranking, policy_override=policy_override, memo=memo)
+        rep = await replay_call(source, call, rebuilds=rebuilds, policy_override=policy_override)
       reports.append(rep)
       if on_call is not None:
         on_call(rep)

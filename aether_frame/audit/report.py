@@ -16,7 +16,7 @@ from typing import Any, Optional
 from ..core import manifest as manifest_doc
 from ..core.canonical import digest
 from .diff import CacheBreak, cache_break
-from .replay import Rebuilt, _without, compare, default_ranking, rebuild
+from .replay import Rebuilt, _without, compare, new_rebuilds, rebuild
 from .source import LocationError, SessionRef
 
 BAR_ORDER = ("system", "tools", "conversation", "task", "evidence", "memory")
@@ -54,13 +54,12 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
 
   One that cannot even be read (not JSON) gets an empty bar saying so.
   """
-  ranking = default_ranking()
+  rebuilds = new_rebuilds()
   rows: list[CallRow] = []
   # Each agent's cache follows its own calls (its instruction and tools lead the
   # prompt): a session holds several agents' calls (transfers, AgentTool children).
   prev: dict[str, Optional[Rebuilt]] = {}
   seen: dict[str, int] = {}  # manifest -> the version that stored it first
-  memo: dict = {}  # decoded items, shared by the session's calls
   for v in await source.versions(ref):
     try:
       call = await source.load(ref, v)
@@ -79,7 +78,7 @@ async def collect(source, ref: SessionRef) -> list[CallRow]:
     agent = f'{doc.get("agent") or "?"} {doc.get("lane") or ""}'.strip()  # parallel runs are told apart
     row.first = agent not in prev
     try:
-      rb = await rebuild(source, call, ranking=ranking, memo=memo)
+      rb = await rebuild(source, call, rebuilds=rebuilds)
     except manifest_doc.ManifestIntegrityError:
       raise
     except Exception as e:

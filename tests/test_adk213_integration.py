@@ -268,3 +268,24 @@ async def test_a_plugin_that_edits_the_request_after_the_pack_is_named(caplog):
   assert not [r for r in caplog.records if "runs after ContextPackPlugin" in r.getMessage()]
   system = model.received[-1].config.system_instruction
   assert "Always answer in French." in (system if isinstance(system, str) else str(system))
+
+
+async def test_a_second_context_pack_plugin_stands_aside(caplog):
+  """``adk api_server --extra_plugins aether_frame.ContextPackPlugin`` on an app that lists one
+  already: the second packed the first one's pack again (a pack inside the pack) and stored a
+  second manifest per call. Only the first packs; the second says why, once."""
+  model = OfflineLlm(default="ok")
+  agent = LlmAgent(name="assistant", model=model, instruction="You are a helpful assistant.")
+  first, second = ContextPackPlugin(window=8192), ContextPackPlugin(window=8192, name="extra_context_pack")
+  runner = make_runner(agent, [first, second])
+  session = await new_session(runner)
+  with caplog.at_level(logging.WARNING, logger="aether_frame.adk.plugin"):
+    for text in ("first question", "second question"):
+      await say(runner, session.id, text)
+  for request in model.received:
+    text = "".join(p.text or "" for p in request.contents[-1].parts)
+    assert text.count("USER REQUEST (VERBATIM):") == 1, text
+  assert len(await manifests(runner, session.id)) == len(model.received) == 2
+  said = [r.getMessage() for r in caplog.records if "two ContextPackPlugins" in r.getMessage()]
+  assert len(said) == 1 and "'aether_frame_context_pack'" in said[0] and "'extra_context_pack'" in said[0]
+  assert not [r for r in caplog.records if "runs after ContextPackPlugin" in r.getMessage()]

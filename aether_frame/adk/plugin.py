@@ -378,6 +378,15 @@ class ContextPackPlugin(BasePlugin):
     # ``context_pack_callbacks`` is left to them, or its request is packed twice.
     if _packed_by_agent(callback_context):
       return None
+    first = _first_pack_plugin(callback_context)
+    if first is not None and first is not self:
+      # Twice in one app (``adk api_server --extra_plugins`` adds one to the app's own):
+      # the second would pack the pack, and store a second manifest per call.
+      self._log_once("duplicate", logging.WARNING,
+                     "App(plugins=[...]) holds two ContextPackPlugins (%r and %r; `adk --extra_plugins` adds "
+                     "one to the app's own): only the first packs, this one leaves requests alone; remove one",
+                     first.name, self.name)
+      return None
     for later in _plugins_after(self, callback_context):
       self._log_once("order:" + later, logging.WARNING,
                      "plugin %r runs after ContextPackPlugin and may change the request: what it adds is "
@@ -1459,6 +1468,15 @@ leaves that tool out refuses the forced call. ``ReflectAndRetryModelPlugin``
 only adds an undeclared tool to ``tools_dict``, which no mask refuses."""
 
 
+def _first_pack_plugin(ctx) -> Optional["ContextPackPlugin"]:
+  """The first ContextPackPlugin ADK runs for this call (None: not run by a plugin manager)."""
+  try:
+    plugins = _invocation_of(ctx).plugin_manager.plugins
+  except Exception:  # agent-level callbacks, or a context of another shape
+    return None
+  return next((p for p in plugins if isinstance(p, ContextPackPlugin)), None)
+
+
 def _plugins_after(plugin: BasePlugin, ctx) -> list[str]:
   """Names of the plugins ADK runs after ``plugin`` that may change the request.
 
@@ -1473,6 +1491,8 @@ def _plugins_after(plugin: BasePlugin, ctx) -> list[str]:
   out = []
   for p in later:
     cls = type(p)
+    if isinstance(p, ContextPackPlugin):  # a second one stands aside (see ``before_model_callback``)
+      continue
     if cls.__name__ in _REQUEST_EDITING_ADK_PLUGINS or (
         not cls.__module__.startswith("google.adk.")
         and getattr(cls, "before_model_callback", None) is not BasePlugin.before_model_callback):

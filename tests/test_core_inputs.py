@@ -63,6 +63,15 @@ def test_image_and_speech_variants_do_not_inherit_their_familys_1m_window():
   assert windows.lookup("gemini-2.5-flash-preview-tts") == windows.lookup("gemini-2.5-pro-preview-tts") == 8_192
 
 
+def test_gpt_5_chat_snapshots_do_not_inherit_gpt_5s_400k_window():
+  """gpt-5-chat-latest matched the gpt-5 prefix: 400K for a 128K model, so a long chat went out untrimmed
+  until OpenAI refused it (context_length_exceeded)."""
+  windows = ModelWindows()
+  assert windows.lookup("gpt-5") == windows.lookup("gpt-5-mini") == windows.lookup("gpt-5.1") == 400_000
+  for name in ("gpt-5-chat-latest", "openai/gpt-5-chat-latest", "gpt-5.1-chat-latest", "gpt-5.2-chat-latest"):
+    assert windows.lookup(name) == 128_000, name
+
+
 def test_adks_default_model_and_gemini_3_point_releases_have_windows():
   from google.adk.agents import LlmAgent
 

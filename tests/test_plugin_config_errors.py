@@ -17,6 +17,12 @@ from aether_frame.core.windows import ModelWindows
 @pytest.mark.parametrize("kwargs, error, needle", [
     ({"agent_policies": ["not", "a", "mapping"]}, TypeError, "agent_policies must be a mapping"),
     ({"agent_policies": "planner"}, TypeError, "agent_policies must be a mapping"),
+    ({"policy": "quality_first"}, TypeError, r"policy must be a PackPolicy, got str 'quality_first' \(a preset: "
+                                             r"PackPolicy.preset\('quality_first'\)\)"),
+    ({"policy": "fast"}, TypeError, r"policy must be a PackPolicy, got str 'fast'$"),
+    ({"policy": {"profile": "research"}}, TypeError, r"got dict \(fields: PackPolicy\(\*\*...\)"),
+    ({"agent_policies": {"planner": "cost_first"}}, TypeError,
+     r"agent_policies\['planner'\] must be a PackPolicy, got str 'cost_first' \(a preset"),
     ({"window_overrides": [("m", 10)]}, TypeError, "window_overrides must be a mapping"),
     ({"window_overrides": "m=10"}, TypeError, "window_overrides must be a mapping"),
     ({"window_overrides": {1: 100}}, ValueError, "window_overrides keys must be model names"),

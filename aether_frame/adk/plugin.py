@@ -52,7 +52,7 @@ from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompiledPack, CompilerSession
 from ..core.costing import GEMINI_2_MEDIA, MediaCounter, TokenCounter, count_parts, media_rules_for_model
 from ..core.items import FINISHED_STEP, MAX_TOKENS, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer, Trust
-from ..core.policy import OverflowPolicy, PackPolicy, ToolScoping
+from ..core.policy import PRESETS, OverflowPolicy, PackPolicy, ToolScoping
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows, UnknownModelWindow
@@ -288,12 +288,12 @@ class ContextPackPlugin(BasePlugin):
       raise ValueError(f"name must be a non-empty string (ADK tells plugins apart by it), got {name!r}")
     super().__init__(name)
     if policy is not None and not isinstance(policy, PackPolicy):
-      raise TypeError(f"policy must be a PackPolicy, got {type(policy).__name__}")
+      raise TypeError(f"policy must be a PackPolicy, got {_not_a_policy(policy)}")
     if agent_policies is not None and not isinstance(agent_policies, Mapping):
       raise TypeError(f"agent_policies must be a mapping of agent name to PackPolicy, got {type(agent_policies).__name__}")
     for agent, pol in (agent_policies or {}).items():
       if not isinstance(pol, PackPolicy):
-        raise TypeError(f"agent_policies[{agent!r}] must be a PackPolicy, got {type(pol).__name__}")
+        raise TypeError(f"agent_policies[{agent!r}] must be a PackPolicy, got {_not_a_policy(pol)}")
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or not 0 < window <= MAX_TOKENS):
       raise ValueError(f"window must be a positive int of at most 2**40 tokens, got {window!r}")
     missing = [m for m in ("count", "count_many", "describe") if not callable(getattr(counter, m, None))]
@@ -1466,6 +1466,15 @@ logging and analytics plugins only read it). ``ForceEscalationPlugin`` forces a
 call to its consult tool through ``tool_config``: after the pack, a mask that
 leaves that tool out refuses the forced call. ``ReflectAndRetryModelPlugin``
 only adds an undeclared tool to ``tools_dict``, which no mask refuses."""
+
+
+def _not_a_policy(value: Any) -> str:
+  """What was given instead of a PackPolicy; a preset's name gets the call that makes it."""
+  if isinstance(value, str):
+    return f"str {value!r}" + (f" (a preset: PackPolicy.preset({value!r}))" if value in PRESETS else "")
+  if isinstance(value, Mapping):
+    return f"{type(value).__name__} (fields: PackPolicy(**...) or PackPolicy.model_validate(...))"
+  return type(value).__name__
 
 
 def _first_pack_plugin(ctx) -> Optional["ContextPackPlugin"]:

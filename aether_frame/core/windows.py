@@ -46,6 +46,7 @@ DEFAULT_WINDOWS: dict[str, int] = {
     "claude-haiku-4": 200_000,
     # OpenAI
     "gpt-5": 400_000,
+    "gpt-5-chat": 128_000,  # the ChatGPT snapshot (gpt-5-chat-latest): a smaller window than gpt-5
     "gpt-4.1": 1_047_576,
     "gpt-4o": 128_000,
     "gpt-4o-mini": 128_000,
@@ -64,12 +65,14 @@ FAMILY_RULES: tuple[tuple[re.Pattern[str], int], ...] = (
     # gemini-3.5-flash, gemini-3.1-pro-preview, gemini-3.8-flash-lite-001,
     # gemini-3.1-pro-preview-customtools; not -image, -tts, -live, -audio.
     (re.compile(r"gemini-3(?:\.\d+)?-(?:pro|flash|flash-lite)(?:-preview)?(?:-\d[\d-]*)?(?:-customtools)?"), 1_048_576),
+    # gpt-5.1-chat-latest, gpt-5.2-chat-latest: the ChatGPT snapshots keep 128K.
+    (re.compile(r"gpt-5(?:\.\d+)?-chat(?:-latest)?"), 128_000),
 )
 """(full-name pattern, window) after exact and prefix matches: model families
 whose point releases keep their window."""
 
 
-_VARIANT = re.compile(r"-(?:tts|live|image|transcribe|translate)(?:-|$)|native-audio")
+_VARIANT = re.compile(r"-(?:tts|live|image|transcribe|translate|chat)(?:-|$)|native-audio")
 """Model-name markers of variants whose window is not their family's."""
 
 

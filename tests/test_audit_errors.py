@@ -151,6 +151,29 @@ def test_a_store_below_a_directory_named_apps_is_read_as_itself(tmp_path, capsys
   assert "not a FileArtifactService folder" in _one_line_error(capsys)
 
 
+def test_a_store_of_several_sessions_names_one_by_a_location_that_works(tmp_path, capsys):
+  """The error listed labels (APP/USER/SESSION) that no command took as a location."""
+  root = tmp_path / "store"
+  for _ in range(2):
+    asyncio.run(run_session(FileArtifactService(str(root)), 1, tools=False))
+  assert main(["inspect", str(root)]) == 2
+  err = _one_line_error(capsys)
+  assert "holds 2 sessions" in err
+  example = err.rsplit("e.g. ", 1)[1].strip()
+  assert main(["inspect", example]) == 0, example
+
+
+def test_an_adk_agent_folder_points_to_where_adks_cli_keeps_its_artifacts(tmp_path, capsys):
+  agents = tmp_path / "agents"
+  store = agents / "my_agent" / ".adk" / "artifacts"
+  asyncio.run(run_session(FileArtifactService(str(store)), 1, tools=False))
+  assert main(["replay", str(agents / "my_agent")]) == 2
+  assert f"ADK's CLI keeps this agent's artifacts in {store}" in _one_line_error(capsys)
+  assert main(["replay", str(agents)]) == 2
+  assert f"each agent's artifacts in <agent>/.adk/artifacts: {store}" in _one_line_error(capsys)
+  assert main(["replay", str(store)]) == 0
+
+
 def test_a_lone_manifest_finds_its_blobs_in_a_store_root(stored, tmp_path, capsys):
   root, run = stored
   lone = tmp_path / "lone.json"

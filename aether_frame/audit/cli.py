@@ -152,7 +152,8 @@ async def _one_session(source, loc: str):
     raise LocationError(f"{loc}: no manifests found")
   if len(refs) > 1:
     names = ", ".join(r.label() for r in refs[:10]) + (" …" if len(refs) > 10 else "")
-    raise LocationError(f"{loc}: holds {len(refs)} sessions ({names}); name one")
+    raise LocationError(f"{loc}: holds {len(refs)} sessions ({names}); name one by its location, "
+                        f"e.g. {source.location(refs[0])}")
   return refs[0]
 
 

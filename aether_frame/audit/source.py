@@ -106,6 +106,10 @@ class Source:
   async def _candidate_sessions(self) -> list[SessionRef]:
     raise NotImplementedError
 
+  def location(self, ref: SessionRef) -> str:
+    """A location that names ``ref`` alone, as the commands take it."""
+    return f"{self.uri}/{ref.label()}"
+
   async def sessions(self) -> list[SessionRef]:
     """Sessions under the location that have at least one manifest."""
     if self.app and self.user and self.session:
@@ -294,6 +298,9 @@ class FolderSource(Source):
     if not data and _mime_type(folder) == _TOMBSTONE_MIME:  # a session rewind's "removed" marker
       return None
     return data
+
+  def location(self, ref: SessionRef) -> str:
+    return str(Path(self.service.root_dir, "apps", ref.app, "users", ref.user, "sessions", ref.session))
 
   async def _candidate_sessions(self) -> list[SessionRef]:
     root = Path(self.service.root_dir) / "apps"
@@ -531,4 +538,20 @@ def _folder(path: Path) -> FolderSource:
     user = rest[2] if len(rest) >= 3 else None
     session = rest[4] if len(rest) >= 5 else None
     return FolderSource(FileArtifactService(root_dir=str(Path(*parts[:i]))), str(path), app, user, session)
-  raise LocationError(f"{path}: not a FileArtifactService folder (no apps/ inside, nor below apps/APP/users/USER/sessions/SESSION)")
+  raise LocationError(f"{path}: not a FileArtifactService folder (no apps/ inside, nor below "
+                      f"apps/APP/users/USER/sessions/SESSION){_adk_cli_hint(path)}")
+
+
+def _adk_cli_hint(path: Path) -> str:
+  """Where ``adk run``/``web``/``api_server`` keep an agent folder's artifacts, when ``path`` is one
+  (or the folder of agents): ``<agent>/.adk/artifacts``."""
+  try:
+    if (path / ".adk" / "artifacts").is_dir():
+      return f"; ADK's CLI keeps this agent's artifacts in {path / '.adk' / 'artifacts'}"
+    stores = sorted(p for p in path.glob("*/.adk/artifacts") if p.is_dir())
+  except OSError:
+    return ""
+  if not stores:
+    return ""
+  more = f" (and {len(stores) - 3} more)" if len(stores) > 3 else ""
+  return "; ADK's CLI keeps each agent's artifacts in <agent>/.adk/artifacts: " + ", ".join(map(str, stores[:3])) + more

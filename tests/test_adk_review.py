@@ -107,6 +107,35 @@ async def test_agent_level_callbacks_next_to_the_app_plugin_pack_once(tmp_path):
   assert app_plugin.faults == before.plugin.faults == 0
 
 
+async def test_a_wrapped_agent_callback_next_to_the_app_plugin_packs_once(caplog):
+  """A user's own callback that calls ``context_pack_callbacks``' one inside it hides it from
+  the plugin, which packed the request first; the callback then packed the pack again (two
+  packs nested, two manifests per call). The second packer now leaves a packed request alone,
+  and says so once."""
+  import logging
+
+  before, after = context_pack_callbacks(window=6000)
+
+  async def audited(callback_context, llm_request):  # e.g. a user's own logging around it
+    return await before(callback_context, llm_request)
+
+  model = OfflineLlm(default="ok")
+  solo = LlmAgent(name="solo", model=model, instruction="Be brief.", before_model_callback=audited,
+                  after_model_callback=after)
+  runner = make_runner(solo, [ContextPackPlugin(window=8192)])
+  session = await new_session(runner)
+  with caplog.at_level(logging.WARNING, logger="aether_frame.adk.plugin"):
+    for text in ("one", "two", "three"):
+      await say(runner, session.id, text)
+  assert len(model.received) == 3
+  for req, text in zip(model.received, ("one", "two", "three")):
+    assert _pack_text(req).count(PACK_HEADER) == 1
+    assert _pack_text(req).endswith("USER REQUEST (VERBATIM):\n" + text)
+  assert len(await manifests(runner, session.id)) == 3
+  said = [r.getMessage() for r in caplog.records if "already packed" in r.getMessage()]
+  assert len(said) == 1 and "agent solo" in said[0]
+
+
 # ------------------------------------------------------ sub-agent delegation
 @pytest.mark.parametrize("mode", ["hard", "mask"])
 async def test_step_scoping_keeps_the_tool_adk_adds_to_reach_a_single_turn_sub_agent(mode):

@@ -219,8 +219,8 @@ class _SessionCache:
 
 
 
-class _ByInvocation:
-  """Values that live exactly as long as an ADK invocation context.
+class _ByObject:
+  """Values that live exactly as long as an object (an ADK invocation context, a request).
 
   A step's tool mask must hold until that step's tools have run: kept in a
   table capped by session count, 300 sessions in flight pushed masks out and
@@ -257,6 +257,11 @@ class _ByInvocation:
 
   def __len__(self) -> int:
     return len(self._by_id)
+
+
+_PACKED = _ByObject()
+"""Requests already packed, by the plugin or callbacks that packed them: packing a pack again
+(a wrapped ``context_pack_callbacks`` the plugin cannot recognise) nests one inside the other."""
 
 
 class ContextPackPlugin(BasePlugin):
@@ -363,7 +368,7 @@ class ContextPackPlugin(BasePlugin):
     self._logged: OrderedDict[str, None] = OrderedDict()
     self._fault_injector = _fault_injector
     self._listings: OrderedDict[tuple, Optional[artifact_listing.ListingEdit]] = OrderedDict()
-    self._allowed = _ByInvocation()
+    self._allowed = _ByObject()
     """Per invocation context and compiler key: the functions its last masked call allows."""
 
   def _default_index_factory(self) -> HistoryIndex:
@@ -395,6 +400,15 @@ class ContextPackPlugin(BasePlugin):
 
   async def _before_model(self, callback_context, llm_request):
     started = time.perf_counter()
+    packer = _PACKED.get(llm_request, ())
+    if packer is not None and packer is not self:
+      self._log_once("packed:" + callback_context.agent_name, logging.WARNING,
+                     "agent %s: a request already packed by %r reached %r, which leaves it alone (packing "
+                     "it again would nest one pack in the other). Two packers see this agent's calls: say, "
+                     "the plugin and a wrapped context_pack_callbacks callback, which the plugin cannot "
+                     "recognise; pass the callback itself, or keep one of them",
+                     callback_context.agent_name, packer.name, self.name)
+      return None
     if _server_keeps_history(callback_context, llm_request):
       # Whatever is sent joins the conversation the server keeps: a pack would
       # pile up there call after call, and the budget cannot reach that history.
@@ -422,6 +436,8 @@ class ContextPackPlugin(BasePlugin):
         self._calls.pop(id(callback_context.actions), None)
         if not _over_call_limit(callback_context):
           await self._compile_into(callback_context, llm_request, started, shared=shared)
+          if llm_request.contents is not original[0]:
+            _PACKED.put(llm_request, (), self)
     except ContextBudgetExhausted as e:
       if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
         raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e

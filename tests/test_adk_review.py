@@ -161,6 +161,35 @@ async def test_step_scoping_keeps_the_tool_adk_adds_to_reach_a_single_turn_sub_a
   assert events[-1].content.parts[0].text == "Done: vendor B."
 
 
+async def test_single_turn_delegations_leave_no_cut_keys_behind_in_session_state():
+  """Each delegation to a ``single_turn`` sub-agent runs on a branch of its own, named after its
+  function call id. Its tail cut was kept in state under that lane, so every delegation left a
+  key nobody reads again, for the session's life; workflow lanes keep theirs (stable names)."""
+  worker_model = OfflineLlm(default="Vendor B is cheapest.")
+  worker = LlmAgent(name="researcher", model=worker_model, instruction="Research.", description="Researches vendors.",
+                    mode="single_turn")
+  script = []
+  for i in range(3):
+    script += [tool_call("researcher", {"request": f"find vendor {i}"}, f"call-{i}"), f"Done {i}."]
+  model = OfflineLlm(script=script)
+  coordinator = LlmAgent(name="coordinator", model=model, instruction="Delegate research.", sub_agents=[worker])
+  plugin = ContextPackPlugin(window=8192)
+  runner = make_runner(coordinator, [plugin])
+  session = await new_session(runner)
+  for i in range(3):
+    events = await say(runner, session.id, f"Which vendor is cheapest, round {i}?")
+    assert events[-1].content.parts[0].text == f"Done {i}."
+  assert len(worker_model.received) == 3
+  for req in worker_model.received:
+    assert _pack_text(req).count(PACK_HEADER) == 1
+  state = await _state(runner, session.id)
+  assert [k for k in state if k.startswith(("aether_frame:tail:researcher", "aether_frame:steps:researcher"))] == []
+  assert "aether_frame:tail:coordinator" in state
+  lanes = [d.get("lane") for d in await manifests(runner, session.id) if d["agent"] == "researcher"]
+  assert len(set(lanes)) == 3 and all("@call-" in lane for lane in lanes)
+  assert plugin.faults == 0
+
+
 async def test_an_include_contents_none_agent_in_a_sequence_gets_a_pack():
   """Such an agent sees only ADK's relay of the previous agent ("For context: ...");
   with no user turn to anchor on, its requests used to go out unmodified: no contract,

@@ -928,6 +928,9 @@ class ContextPackPlugin(BasePlugin):
     lane = self._key(ctx)
     steps_lane = _lane_label(lane)
     lane_tail_key, lane_steps_key = tail_key(agent, steps_lane), steps_key(agent, steps_lane)
+    # A lane of one tool call (a single_turn sub-agent) ends with it: its cuts are not kept in
+    # state, where every delegation's keys would pile up for the session's life.
+    keep_cuts = not _tool_call_branch(lane[4])
     hint = self._tail_hint(cache, state.get(lane_tail_key, _MISSING))
     steps_hint = _steps_hint(cache.steps_hint, state.get(lane_steps_key), ctx.invocation_id)
     call = CallInputs(
@@ -963,7 +966,7 @@ class ContextPackPlugin(BasePlugin):
     cache.tail_hint = pack.tail_start_id
     cache.steps_hint = (ctx.invocation_id, pack.inflight_hint)
     steps = _with_steps_hint(state.get(lane_steps_key), ctx.invocation_id, pack.inflight_hint)
-    if steps is not None:  # the invocation's steps were trimmed: every worker keeps the cut
+    if steps is not None and keep_cuts:  # the invocation's steps were trimmed: every worker keeps the cut
       state[lane_steps_key] = steps
       if undo is not None:
         undo.written[lane_steps_key] = steps
@@ -973,7 +976,8 @@ class ContextPackPlugin(BasePlugin):
     self._add_call(_Sent(ctx.actions, model, estimate, weakref.ref(cache), llm_request, payload_at, undo,
                          cache_before=before.model_copy() if before is not None else None,
                          limit=pack.manifest["window"] - pack.manifest["reserve"]))
-    state[lane_tail_key] = pack.tail_start_id
+    if keep_cuts:
+      state[lane_tail_key] = pack.tail_start_id
     if not pack.valid:
       self._log_once("invalid:" + _shape(";".join(pack.problems)), logging.WARNING,
                      "context pack for agent %s is invalid: %s", agent, pack.problems)
@@ -1011,7 +1015,8 @@ class ContextPackPlugin(BasePlugin):
     }
     state[LAST_PACK_KEY] = pointer
     if undo is not None:
-      undo.written.update({lane_tail_key: pack.tail_start_id, LAST_PACK_KEY: pointer})
+      undo.written.update({lane_tail_key: pack.tail_start_id, LAST_PACK_KEY: pointer} if keep_cuts
+                          else {LAST_PACK_KEY: pointer})
     if over is not None:
       self._record_fault(ctx, over, "before_model",
                          outcome=f"the minimal safe pack was sent, {estimate - over.usable} tokens over the usable window")
@@ -1388,6 +1393,16 @@ def _over_call_limit(ctx) -> bool:
   except Exception:  # an ADK that counts otherwise: the call is packed
     return False
   return isinstance(limit, int) and isinstance(made, int) and 0 < limit <= made
+
+
+def _tool_call_branch(branch: Any) -> bool:
+  """Whether ADK opened ``branch`` for one tool call: a ``single_turn``/``task`` sub-agent or a node
+  run as a tool gets ``<parent>.<tool>@<function call id>``, new per call; workflow runs number
+  theirs (``writer@2``), stable across turns."""
+  if not isinstance(branch, str):
+    return False
+  name, at, run = branch.rpartition(".")[2].rpartition("@")
+  return bool(name and at and run) and not run.isdigit()
 
 
 def _lane_label(key: tuple) -> str:

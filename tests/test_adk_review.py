@@ -190,6 +190,29 @@ async def test_single_turn_delegations_leave_no_cut_keys_behind_in_session_state
   assert plugin.faults == 0
 
 
+async def test_a_sub_agent_transferred_to_again_in_one_invocation_keeps_one_compiler():
+  """root -> spec -> root -> spec in one invocation: ADK numbers root's runs, so spec ran under
+  ``root@1/spec@1`` then ``root@2/spec@1``. Each was keyed as a lane of its own, with its own
+  compiler and tail cut on the one conversation: the cached prefix broke at every bounce."""
+  root_model = OfflineLlm(script=[
+      tool_call("transfer_to_agent", {"agent_name": "spec"}, "t1"),
+      tool_call("transfer_to_agent", {"agent_name": "spec"}, "t2"),
+  ])
+  spec_model = OfflineLlm(script=[tool_call("transfer_to_agent", {"agent_name": "root"}, "b1"), "Spec answer."])
+  spec = LlmAgent(name="spec", model=spec_model, instruction="Specialist.")
+  root = LlmAgent(name="root", model=root_model, instruction="Router.", sub_agents=[spec])
+  plugin = ContextPackPlugin(window=8192)
+  runner = make_runner(root, [plugin])
+  session = await new_session(runner)
+  events = await say(runner, session.id, "Route this to the specialist.")
+  assert events[-1].content.parts[0].text == "Spec answer."
+  assert len(spec_model.received) == 2
+  docs = [d for d in await manifests(runner, session.id) if d["agent"] == "spec"]
+  assert len(docs) == 2 and docs[0]["lane"] == docs[1]["lane"] == "|root/spec@1"
+  assert len([k for k in plugin._sessions if k[3] == "spec"]) == 1
+  assert plugin.faults == 0
+
+
 async def test_an_include_contents_none_agent_in_a_sequence_gets_a_pack():
   """Such an agent sees only ADK's relay of the previous agent ("For context: ...");
   with no user turn to anchor on, its requests used to go out unmodified: no contract,

@@ -187,8 +187,8 @@ async def test_concurrent_run_node_lanes_of_one_agent_keep_their_own_history():
   assert not any(originals.values())
   docs = await manifests(runner, session.id)
   assert [d["runtime"]["guard"]["fallback"] for d in docs] == [False] * 10
-  paths = sorted(k[5] for k in plugin._sessions)
-  assert paths == ["wf@1/fan@1/writer@1", "wf@1/fan@1/writer@2", "wf@1/fan@1/writer@3"]
+  paths = sorted(k[5] for k in plugin._sessions)  # keyed without the top run's number (see ``_key``)
+  assert paths == ["wf/fan@1/writer@1", "wf/fan@1/writer@2", "wf/fan@1/writer@3"]
   assert len(plugin.manifests._encoder._streams) == 3  # the replay-input memo is per lane too
   assert plugin.faults == 0
 
@@ -222,7 +222,7 @@ async def test_a_graph_loop_packs_every_iteration_and_stays_warm_across_turns():
   for sent, original in zip(model.received, recorder.requests):
     assert _pack_text(sent).startswith(PACK_HEADER)
     assert _same_but_payload(sent, original)
-  assert sorted(k[5] for k in caches) == ["wf@1/writer@1", "wf@1/writer@2"]
+  assert sorted(k[5] for k in caches) == ["wf/writer@1", "wf/writer@2"]
   assert all(plugin._sessions[k] is c for k, c in caches.items())  # the same compilers on turn two
   assert all(len(plugin._sessions[k].fps) > sizes[k] for k in caches)  # whose history grew
   assert events[-1].output == "published draft for draft for Shorter, please."
@@ -523,4 +523,4 @@ async def test_a_fresh_worker_keeps_each_lanes_own_tail_cut():
   lengths = [len(warm[k]) for k in sorted(warm)]
   assert lengths[0] > lengths[2] > 0, lengths  # the lanes really are cut at different turns
   assert cold == warm
-  assert keys == [f"aether_frame:tail:writer||wf@1/fan@1/writer@{n}" for n in (1, 2, 3)], keys
+  assert keys == [f"aether_frame:tail:writer||wf/fan@1/writer@{n}" for n in (1, 2, 3)], keys

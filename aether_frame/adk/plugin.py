@@ -632,12 +632,17 @@ class ContextPackPlugin(BasePlugin):
     lane stays warm. A top-level path (``router@2``) is not a lane: ADK numbers
     each run of the agent, and a transfer back to it runs it anew on the same
     conversation; keyed apart, two compilers cut one tail by turns and the
-    cached prefix broke on every call."""
+    cached prefix broke on every call. For the same reason a path below one
+    (``router@2/spec@1``, the sub-agent of the router's second run) is keyed
+    without the top run's number."""
     s = ctx.session
     ic = _invocation_of(ctx)
     path = getattr(ctx, "node_path", None) or getattr(ic, "node_path", None)
     if not isinstance(path, str) or "/" not in path:
       path = None
+    else:
+      top, _, below = path.partition("/")
+      path = top.partition("@")[0] + "/" + below
     return (s.app_name, s.user_id, s.id, ctx.agent_name, getattr(ic, "branch", None), path)
 
   def _policy_for(self, agent: str) -> PackPolicy:

@@ -36,9 +36,11 @@ def __dir__() -> list[str]:
   return sorted({*globals(), *_ADK_NAMES})
 
 
-def __getattr__(name: str):
-  # The ADK glue is imported lazily so the pure core stays importable alone.
-  if name in _ADK_NAMES:
-    from .adk import plugin
-    return getattr(plugin, name)
-  raise AttributeError(f"module 'aether_frame' has no attribute {name!r}")
+if not TYPE_CHECKING:  # seen by a checker, it would type every name of the package as Any
+
+  def __getattr__(name: str):
+    # The ADK glue is imported lazily so the pure core stays importable alone.
+    if name in _ADK_NAMES:
+      from .adk import plugin
+      return getattr(plugin, name)
+    raise AttributeError(f"module 'aether_frame' has no attribute {name!r}")

@@ -245,3 +245,37 @@ def test_old_zone_less_notes_still_read(redis_url):
     [item] = memory_items([got], kind="working")
     assert item.provenance.timestamp == note.custom_metadata["event_timestamp"]
   asyncio.run(go())
+
+
+@pytest.mark.parametrize("stamp", [T * 1000, float("nan"), float("inf"), -1e13, 10**400])
+def test_a_timestamp_no_date_can_be_rendered_for_is_undated(stamp):
+  from aether_frame.adk.sources import event_time
+
+  assert event_time(stamp) is None
+  assert _parse_ts(stamp) is None
+  assert event_time(T) == T and event_time(int(T)) == T
+
+
+async def test_a_history_event_stamped_in_milliseconds_is_undated_and_the_session_still_packs():
+  """One event whose timestamp is not a date (milliseconds, from a migrated store or a client that
+  sets ``Event.timestamp``) faulted every call of its session: ``year 58881 is out of range``."""
+  from google.adk.events import Event
+
+  from aether_frame import ContextPackPlugin
+  from aether_frame.adk.state_schema import LAST_FAULT_KEY
+  from tests.adk_support import USER, agent, make_runner, new_session, say
+
+  llm_agent, model = agent()
+  plugin = ContextPackPlugin(window=100_000)
+  runner = make_runner(llm_agent, [plugin])
+  session = await new_session(runner)
+  imported = Event(author="user", invocation_id="imported", timestamp=T * 1000,
+                   content=types.Content(role="user", parts=[types.Part(text="an earlier question")]))
+  await runner.session_service.append_event(session, imported)
+  for text in ("hello", "again"):
+    await say(runner, session.id, text)
+  stored = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session.id)
+  assert plugin.faults == 0 and LAST_FAULT_KEY not in stored.state
+  sent = [p.text for c in model.received[-1].contents for p in c.parts or ()]
+  assert "an earlier question" in sent  # the imported turn is in the tail
+  assert all("CONTEXT PACK v1" in "".join(p.text or "" for p in r.contents[-1].parts) for r in model.received)

@@ -31,6 +31,10 @@ from aether_frame.core.windows import ModelWindows
     ({"window": 2**41}, ValueError, "window must be a positive int of at most 2\\*\\*40 tokens"),
     ({"window_overrides": {"m": 10**309}}, ValueError, "window for model 'm' must be a positive int of at most"),
     ({"counter": "tiktoken"}, TypeError, "counter must be a TokenCounter"),
+    # Methods alone passed, then every call faulted on counter.name (sent unpacked).
+    ({"counter": type("WordCounter", (), {"count": lambda s, t: len(t.split()), "describe": lambda s: {},
+                                           "count_many": lambda s, ts: [len(t.split()) for t in ts]})()},
+     TypeError, "WordCounter has no name, exact, version"),
     ({"manifest_writer": "gs://bucket"}, TypeError, "manifest_writer must be a ManifestWriter"),
     ({"include_artifacts": "no"}, TypeError, "include_artifacts must be True or False"),
     ({"artifact_list_timeout": float("nan")}, ValueError, "artifact_list_timeout must be a positive number"),

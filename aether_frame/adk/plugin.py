@@ -302,6 +302,7 @@ class ContextPackPlugin(BasePlugin):
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or not 0 < window <= MAX_TOKENS):
       raise ValueError(f"window must be a positive int of at most 2**40 tokens, got {window!r}")
     missing = [m for m in ("count", "count_many", "describe") if not callable(getattr(counter, m, None))]
+    missing += [a for a in ("name", "exact", "version") if not hasattr(counter, a)]  # the manifest names them
     if counter is not None and missing:
       raise TypeError(f"counter must be a TokenCounter (see aether_frame.tokenizers.get_counter); "
                       f"{type(counter).__name__} has no {', '.join(missing)}")
@@ -1770,7 +1771,7 @@ def _dedupe_ids(items: list[Item]) -> list[Item]:
 
 def _event_now(ctx) -> Optional[float]:
   events = ctx.session.events
-  return events[-1].timestamp if events else None
+  return sources.event_time(events[-1].timestamp) if events else None
 
 
 def context_pack_callbacks(**plugin_kwargs) -> tuple[Callable[..., Awaitable[Any]], Callable[..., Awaitable[Any]]]:

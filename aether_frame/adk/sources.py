@@ -12,7 +12,7 @@ import functools
 import hashlib
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
 from google.genai import types
@@ -20,7 +20,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from ..core.canonical import canonical_json
 from ..core.costing import MESSAGE_OVERHEAD, TokenCounter, count_content
-from ..core.items import Item, Layer, Provenance, Trust
+from ..core.items import MAX_TIMESTAMP, MIN_TIMESTAMP, Item, Layer, Provenance, Trust
 from .state_schema import KnowledgeItem, PlanState
 
 CONFIRMATION_CALL = "adk_request_confirmation"
@@ -281,8 +281,8 @@ def group_item(
   parts = [part_dict(p) for c in chunk for p in (c.parts or ())]
   tokens = contents_tokens(chunk, counter)
   author = (info.author if info else None) or chunk[0].role
-  ts = info.timestamp if info else None
-  stamp = datetime.utcfromtimestamp(ts).strftime("%Y-%m-%d") if ts else "undated"
+  ts = event_time(info.timestamp) if info else None
+  stamp = datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d") if ts else "undated"
   pinned = _is_pinned(chunk)
   return Item(
       id=f"t{start}-{fps[start]}",
@@ -360,6 +360,21 @@ def memory_items(memories: Sequence[Any], *, kind: str = "memory") -> list[Item]
   return out
 
 
+def event_time(value: Any) -> Optional[float]:
+  """A numeric timestamp as epoch seconds, or None (undated) when it is not one a date can be
+  rendered for: NaN, infinite, or outside years 1-9999 (milliseconds, say, from a store or a
+  client that sets ``Event.timestamp`` itself). One such event faulted every call of its session."""
+  if not isinstance(value, (int, float)) or isinstance(value, bool):
+    return None
+  try:
+    value = float(value)
+  except OverflowError:  # an int past float range
+    return None
+  if not MIN_TIMESTAMP <= value <= MAX_TIMESTAMP:  # also NaN
+    return None
+  return value + 0.0  # no -0.0
+
+
 def _parse_ts(value: Any) -> Optional[float]:
   """An ISO 8601 timestamp as epoch seconds.
 
@@ -372,11 +387,7 @@ def _parse_ts(value: Any) -> Optional[float]:
   if value is None or isinstance(value, bool):
     return None
   if isinstance(value, (int, float)):
-    try:
-      time.gmtime(value)  # NaN, inf, years the renderer cannot print
-    except (ValueError, OverflowError, OSError):
-      return None
-    return float(value) + 0.0  # no -0.0
+    return event_time(value)
   try:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
   except (ValueError, OverflowError, OSError):

@@ -8,7 +8,7 @@ first turn and the two after it, through a real ADK ``Runner`` with the
 offline model and ADK's in-memory session and artifact services, against the
 same session with no plugin (which sends the whole history every turn).
 
-  python benchmarks/cold_worker.py                   # 1,000 and 10,000 events, ~1 min
+  python benchmarks/cold_worker.py                   # 1,000 and 10,000 events, 3 rounds, ~3 min
   python benchmarks/cold_worker.py --events 2000
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import statistics
 import sys
 import time
 
@@ -64,20 +65,28 @@ async def turns(n_events: int, plugin: bool) -> list[float]:
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--events", type=positive, nargs="+", default=[1_000, 10_000])
+  ap.add_argument("--rounds", type=positive, default=3, help="pairs of runs per size, alternating which side goes first")
   args = ap.parse_args(argv)
   print(f"cold_worker: a fresh worker's first three turns on a session of N events; offline model, in-memory "
         f"services, window 131,072; python {sys.version.split()[0]}")
   print(f"{'events':>7} | {'no plugin (s)':>22} | {'plugin (s)':>22} | first turn added  later turns ratio")
   for plugin in (False, True):  # imports, tokenizer and caches warm, so neither side pays them
     asyncio.run(turns(10, plugin=plugin))
+  fmt = lambda xs: " / ".join(f"{x:.2f}" for x in xs)  # noqa: E731
   for n in args.events:
-    base = asyncio.run(turns(n, plugin=False))
-    ours = asyncio.run(turns(n, plugin=True))
-    fmt = lambda xs: " / ".join(f"{x:.2f}" for x in xs)  # noqa: E731
-    later = (ours[1] + ours[2]) / (base[1] + base[2])
-    print(f"{n:>7,} | {fmt(base):>22} | {fmt(ours):>22} | {ours[0] - base[0]:>14.2f}s  {later:>17.2f}x")
-  print("turns: first / second / third; 'added' = plugin first turn - no-plugin first turn (the cold cost);")
-  print("later turns ratio = plugin / no plugin over turns 2-3 (the offline model's work grows with what it is sent)")
+    pairs = []  # (no plugin, plugin) per round, run back to back, the first side alternating
+    for r in range(args.rounds):
+      got = {side: asyncio.run(turns(n, plugin=side)) for side in ((False, True) if r % 2 == 0 else (True, False))}
+      pairs.append((got[False], got[True]))
+    base = [statistics.median(b[t] for b, _ in pairs) for t in range(3)]
+    ours = [statistics.median(o[t] for _, o in pairs) for t in range(3)]
+    added = [o[0] - b[0] for b, o in pairs]
+    later = [(o[1] + o[2]) / (b[1] + b[2]) for b, o in pairs]
+    print(f"{n:>7,} | {fmt(base):>22} | {fmt(ours):>22} | {statistics.median(added):>14.2f}s  "
+          f"{statistics.median(later):>17.2f}x  (rounds {min(later):.2f}x-{max(later):.2f}x)")
+  print(f"turns: first / second / third, medians of {args.rounds} rounds; 'added' = plugin first turn - no-plugin first")
+  print("turn of the same round (the cold cost); later turns ratio = plugin / no plugin over turns 2-3 of the same")
+  print("round (the offline model's work grows with what it is sent): medians of the per-round values")
   return 0
 
 

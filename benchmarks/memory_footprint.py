@@ -28,7 +28,7 @@ import time
 import tracemalloc
 from typing import Any, Callable
 
-from _args import positive
+from _args import at_least, positive
 
 import compile_bench as cb
 from aether_frame.core.items import Item, Layer, Provenance
@@ -36,6 +36,8 @@ from aether_frame.retrieval import ranker as ranker_mod
 from aether_frame.retrieval.features import LRU
 
 MIB = 2**20
+SESSIONS = 40
+"""Sessions of part 2, one call each."""
 
 
 def traced(fn: Callable[[], Any]) -> tuple[Any, int]:
@@ -87,9 +89,8 @@ async def plugin_held(docs: list[str], cap: int, sessions: int) -> tuple[int, in
   plugin = ContextPackPlugin(window=131_072, session_cache_bytes=cap)
   app = App(name="mem", root_agent=LlmAgent(name="assistant", model=OfflineLlm(), instruction="Be brief."), plugins=[plugin])
   runner = Runner(app=app, session_service=InMemorySessionService(), artifact_service=InMemoryArtifactService())
-  per = max(1, len(docs) // sessions)
-  for k in range(sessions):
-    knowledge = [{"uri": f"artifact://s{k}/doc{i}.md", "summary": docs[(k * per + i) % len(docs)]} for i in range(per)]
+  for k in range(sessions):  # every document once: session k takes documents k, k + sessions, ...
+    knowledge = [{"uri": f"artifact://s{k}/doc{i}.md", "summary": doc} for i, doc in enumerate(docs[k::sessions])]
     session = await runner.session_service.create_session(app_name="mem", user_id="u", state={"knowledge": knowledge})
     msg = types.Content(role="user", parts=[types.Part(text=f"What do the documents say about item {k}?")])
     async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=msg):
@@ -106,7 +107,8 @@ async def plugin_held(docs: list[str], cap: int, sessions: int) -> tuple[int, in
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--docs", type=positive, default=400, help="calls with a new large document (default 400)")
+  ap.add_argument("--docs", type=at_least(SESSIONS), default=400,
+                  help=f"large documents in all, spread over the {SESSIONS} sessions (default 400, at least {SESSIONS})")
   ap.add_argument("--doc-kb", type=positive, default=100, help="size of each document in KB (default 100)")
   args = ap.parse_args(argv)
   started = time.perf_counter()
@@ -137,14 +139,15 @@ def main(argv=None) -> int:
       out.append(w)
       n += len(w) + 1
     docs.append(" ".join(out))
-  print(f"\n2. a plugin after one call each for 40 sessions, each with {args.docs // 40} new {args.doc_kb} KB "
-        "knowledge documents (real Runner, offline model)")
+  each = f"{args.docs // SESSIONS}" + (f"-{args.docs // SESSIONS + 1}" if args.docs % SESSIONS else "")
+  print(f"\n2. a plugin after one call each for {SESSIONS} sessions, each with {each} new {args.doc_kb} KB "
+        f"knowledge documents ({args.docs} in all; real Runner, offline model)")
   import asyncio
 
   for cap in (2**40, 64 * MIB):
     tracemalloc.start()
     try:
-      freed, counted, kept = asyncio.run(plugin_held(docs, cap, 40))
+      freed, counted, kept = asyncio.run(plugin_held(docs, cap, SESSIONS))
     finally:
       tracemalloc.stop()
     label = "no effective cap" if cap == 2**40 else f"session_cache_bytes={cap // MIB} MiB"

@@ -14,7 +14,7 @@ first, ``--rounds`` times:
   this grows with the square of the session's length.
 
 Both must report every call identical. Printed per size: the median seconds of
-each and their ratio (cold / warm), from the same run.
+each, and the median of the per-round ratios (cold / warm) with their spread.
 
   TIKTOKEN_CACHE_DIR=../shared/tiktoken-cache PYTHONPATH=. python benchmarks/replay_session.py
   ... --turns 100 400 --rounds 3
@@ -51,7 +51,7 @@ def main() -> int:
   ap.add_argument("--turns", type=positive, nargs="+", default=[100, 300], help="user turns per session")
   ap.add_argument("--rounds", type=positive, default=3, help="replays of each kind per size")
   args = ap.parse_args()
-  print(f"{'turns':>6} {'calls':>6} | {'warm s':>8} {'cold s':>8} | cold/warm  (median of {args.rounds} rounds)")
+  print(f"{'turns':>6} {'calls':>6} | {'warm s':>8} {'cold s':>8} | cold/warm  (medians of {args.rounds} rounds)")
   failed = False
   for n in args.turns:
     with tempfile.TemporaryDirectory() as tmp:
@@ -66,7 +66,9 @@ def main() -> int:
             print(f"  {'cold' if cold else 'warm'} replay: {calls - same} of {calls} calls not identical", file=sys.stderr)
             failed = True
       warm, cold = statistics.median(times[False]), statistics.median(times[True])
-      print(f"{n:>6} {calls:>6} | {warm:>8.2f} {cold:>8.2f} | {cold / warm:>8.2f}x")
+      ratios = [c / w for w, c in zip(times[False], times[True])]
+      print(f"{n:>6} {calls:>6} | {warm:>8.2f} {cold:>8.2f} | {statistics.median(ratios):>8.2f}x"
+            f"  (rounds {min(ratios):.2f}x-{max(ratios):.2f}x)")
   return 1 if failed else 0
 
 

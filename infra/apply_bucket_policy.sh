@@ -3,12 +3,13 @@
 #
 #   infra/apply_bucket_policy.sh gs://BUCKET --app APP [--app APP2 ...] [--create --location EU]
 #       [--manifest-days 90] [--blob-days 180] [--retention-days 30] [--soft-delete-days 7]
-#       [--nearline-days 30] [--lock-retention] [--dry-run]
+#       [--nearline-days 30] [--blob-app context-pack-blobs] [--lock-retention] [--dry-run]
 #
 # The lifecycle rules come from infra/lifecycle.json, with the YOUR_APP/ prefix replaced by one
 # prefix per --app (ADK's GcsArtifactService stores objects as <app>/<user>/<session>/<file>/<n>),
-# and the ages from infra/retention.env or the flags. --dry-run prints the commands and the
-# rendered lifecycle file without touching anything.
+# and the ages from infra/retention.env or the flags. --blob-app names where the input blobs live
+# when ManifestWriter(blob_app=...) changed it. --dry-run prints the commands and the rendered
+# lifecycle file without touching anything.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=retention.env
@@ -22,7 +23,7 @@ value() {
   fi
 }
 
-bucket="" apps=() create=0 location="" lock=0 dry=0
+bucket="" apps=() create=0 location="" lock=0 dry=0 blob_app="context-pack-blobs"
 while [ $# -gt 0 ]; do
   case "$1" in
     gs://*)
@@ -42,10 +43,14 @@ while [ $# -gt 0 ]; do
       if [[ ! "$app" =~ ^[A-Za-z_][A-Za-z0-9_-]*$ ]]; then
         echo "--app: expected an ADK app name (letters, digits, '_' and '-', a letter first), got '$2'" >&2; exit 2
       fi
-      if [ "$app" = "context-pack-blobs" ]; then
-        echo "--app: context-pack-blobs is where the input blobs live (a rule of its own), not an app" >&2; exit 2
-      fi
       apps+=("$app"); shift ;;
+    --blob-app)
+      value "$@"
+      blob_app="${2%/}"
+      if [[ ! "$blob_app" =~ ^[A-Za-z_][A-Za-z0-9_-]*$ ]]; then
+        echo "--blob-app: expected an ADK app name (letters, digits, '_' and '-', a letter first), got '$2'" >&2; exit 2
+      fi
+      shift ;;
     --location) value "$@"; location="$2"; shift ;;
     --manifest-days) value "$@"; MANIFEST_DAYS="$2"; shift ;;
     --blob-days) value "$@"; BLOB_DAYS="$2"; shift ;;
@@ -62,11 +67,19 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$bucket" ] || { echo "usage: $0 gs://BUCKET --app APP [...] (see --help)" >&2; exit 2; }
 [ "${#apps[@]}" -gt 0 ] || { echo "name at least one --app (the ADK App name whose manifests expire)" >&2; exit 2; }
+for app in "${apps[@]}"; do
+  if [ "$app" = "$blob_app" ]; then
+    echo "--app: $blob_app is where the input blobs live (a rule of its own, --blob-app), not an app" >&2; exit 2
+  fi
+done
 for n in "$MANIFEST_DAYS" "$BLOB_DAYS" "$RETENTION_DAYS" "$SOFT_DELETE_DAYS" "$NEARLINE_DAYS"; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "ages must be whole days, got '$n'" >&2; exit 2; }
 done
 if [ "$RETENTION_DAYS" -gt "$MANIFEST_DAYS" ]; then
   echo "retention ($RETENTION_DAYS d) must not exceed the manifest age ($MANIFEST_DAYS d): lifecycle could not delete them" >&2; exit 2
+fi
+if [ "$lock" = 1 ] && [ "$RETENTION_DAYS" -eq 0 ]; then
+  echo "--lock-retention needs a retention period to lock: --retention-days (or RETENTION_DAYS in retention.env) is 0" >&2; exit 2
 fi
 if [ "$BLOB_DAYS" -lt $((MANIFEST_DAYS + 30)) ]; then
   echo "blobs ($BLOB_DAYS d) must outlive manifests by the writer's 30-day refresh: use --blob-days >= $((MANIFEST_DAYS + 30))" >&2; exit 2
@@ -75,9 +88,9 @@ fi
 rendered="$(mktemp "${TMPDIR:-/tmp}/lifecycle.XXXXXX.json")"
 # A dry run keeps the file: the commands it prints name it.
 [ "$dry" = 1 ] || trap 'rm -f "$rendered"' EXIT
-python3 - "$here/lifecycle.json" "$rendered" "$MANIFEST_DAYS" "$BLOB_DAYS" "$NEARLINE_DAYS" "${apps[@]}" <<'PY'
+python3 - "$here/lifecycle.json" "$rendered" "$MANIFEST_DAYS" "$BLOB_DAYS" "$NEARLINE_DAYS" "$blob_app" "${apps[@]}" <<'PY'
 import json, sys
-src, dst, manifest_days, blob_days, nearline_days, *apps = sys.argv[1:]
+src, dst, manifest_days, blob_days, nearline_days, blob_app, *apps = sys.argv[1:]
 doc = json.load(open(src))
 for rule in doc["rule"]:
   cond = rule["condition"]
@@ -88,6 +101,7 @@ for rule in doc["rule"]:
     cond["matchesPrefix"] = [a.strip("/") + "/" for a in apps]
   elif cond.get("matchesPrefix") == ["context-pack-blobs/"]:
     cond["age"] = int(blob_days)
+    cond["matchesPrefix"] = [blob_app + "/"]
 json.dump(doc, open(dst, "w"), indent=1)
 PY
 

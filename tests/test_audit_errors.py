@@ -182,6 +182,10 @@ def test_a_lone_manifest_finds_its_blobs_in_a_store_root(stored, tmp_path, capsy
   assert "1 calls: 1 identical" in capsys.readouterr().out
   assert main(["replay", str(lone), "--blobs", str(root / "apps" / APP)]) == 0  # an app folder: its users are searched
   capsys.readouterr()
+  # The folder the blobs are in (was refused: looked up as if it were the manifests' app).
+  for where in (root / "apps" / BLOB_APP / "users" / USER, root / "apps" / BLOB_APP):
+    assert main(["replay", str(lone), "--blobs", str(where)]) == 0, where
+    assert "1 calls: 1 identical" in capsys.readouterr().out
 
 
 def test_blobs_in_a_bucket_must_name_the_user(tmp_path, capsys, no_credentials):

@@ -43,6 +43,20 @@ def test_dry_run_renders_one_prefix_per_app_and_blob_ages_that_outlive_manifests
   assert _run("gs://b", "--dry-run").returncode == 2  # no --app
 
 
+def test_a_custom_blob_app_gets_the_blob_rule_and_a_lock_without_retention_is_refused():
+  """ManifestWriter(blob_app=...): the blobs took the manifests' 90-day rule (named as an --app) and
+  expired with them. --lock-retention with no retention period was ignored without a word."""
+  p = _run("gs://b", "--app", "shop", "--blob-app", "shop-blobs", "--dry-run")
+  assert p.returncode == 0, p.stderr
+  rules = json.loads(p.stdout.split("--- lifecycle", 1)[1].split("\n", 1)[1])["rule"]
+  deletes = {tuple(r["condition"]["matchesPrefix"]): r["condition"]["age"] for r in rules if r["action"]["type"] == "Delete"}
+  assert deletes == {("shop/",): 90, ("shop-blobs/",): 180}
+  p = _run("gs://b", "--app", "shop-blobs", "--blob-app", "shop-blobs", "--dry-run")
+  assert p.returncode == 2 and "where the input blobs live" in p.stderr
+  p = _run("gs://b", "--app", "shop", "--lock-retention", "--retention-days", "0", "--dry-run")
+  assert p.returncode == 2 and "--lock-retention needs a retention period" in p.stderr
+
+
 def test_help_prints_the_usage_comment_only_and_a_dry_runs_lifecycle_file_is_kept():
   """--help printed the script's `set -euo pipefail` line; --dry-run printed a --lifecycle-file
   its exit trap had already deleted, so the printed commands could not be run (GCS review)."""

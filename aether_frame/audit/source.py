@@ -320,14 +320,16 @@ class FolderSource(Source):
     """(app, user) pairs holding input blobs here, for a manifest that does not say whose it is."""
     apps = Path(self.service.root_dir) / "apps"
     out: list[tuple[str, str]] = []
+    # Narrowed to the blob folder itself (``--blobs apps/context-pack-blobs/users/U``): any app's.
+    only_app = None if self.app == self.blob_app else self.app
     for user_dir in sorted((apps / self.blob_app / "users").glob("*")):
       for sess_dir in sorted((user_dir / "sessions").glob("*")):
         app = "user" if sess_dir.name == "_user" else sess_dir.name
-        if self.app in (None, app) and self.user in (None, user_dir.name):
+        if only_app in (None, app) and self.user in (None, user_dir.name):
           out.append((app, user_dir.name))
     for sess_dir in sorted(apps.glob(f"*/users/*/sessions/{_LEGACY_BLOB_SESSION}")):
       pair = (sess_dir.parents[3].name, sess_dir.parents[1].name)
-      if self.app in (None, pair[0]) and self.user in (None, pair[1]) and pair not in out:
+      if only_app in (None, pair[0]) and self.user in (None, pair[1]) and pair not in out:
         out.append(pair)
     return out
 
@@ -400,9 +402,9 @@ class FileSource:
         from google.adk.artifacts import FileArtifactService
         self.blob_source = FolderSource(FileArtifactService(root_dir=str(root)), str(root))
         self.blob_source.blob_fallback = _adk_cli_blobs(self.blob_source, path)
-      elif blob_source is not None and blob_source.app and blob_source.user:
+      elif blob_source is not None and blob_source.app and blob_source.user and blob_source.app != blob_source.blob_app:
         self.ref = SessionRef(blob_source.app, blob_source.user, str(doc.get("session_id") or "?"))
-      else:  # a manifest does not say whose it is: a store root's or app folder's users are searched
+      else:  # a manifest does not say whose it is: a store root's, app folder's or blob folder's users are searched
         self.ref = SessionRef("?", "?", str(doc.get("session_id") if isinstance(doc, dict) else "?"))
         self._search_scopes = hasattr(blob_source, "blob_scopes")
     self.call = StoredCall(self.ref, version, doc, str(path))

@@ -187,6 +187,9 @@ async def test_single_turn_delegations_leave_no_cut_keys_behind_in_session_state
   assert "aether_frame:tail:coordinator" in state
   lanes = [d.get("lane") for d in await manifests(runner, session.id) if d["agent"] == "researcher"]
   assert len(set(lanes)) == 3 and all("@call-" in lane for lane in lanes)
+  # Nor a warm cache each: the lane's goes when the sub-agent's run ends.
+  assert [k[3] for k in plugin._sessions] == ["coordinator"]
+  assert plugin._cached_bytes == sum(plugin._cache_bytes.values()) and set(plugin._cache_bytes) == set(plugin._sessions)
   assert plugin.faults == 0
 
 

@@ -542,6 +542,22 @@ class ContextPackPlugin(BasePlugin):
       while len(self._calls) > _MAX_CALLS:
         self._calls.popitem(last=False)
 
+  async def after_agent_callback(self, *, agent: Any, callback_context: CallbackContext) -> None:
+    """A lane ADK opened for one tool call (a ``single_turn`` delegation) ends with its agent's run,
+    and its warm cache with it: kept, every delegation held one until the least recently used
+    were pushed out, other sessions' warm caches among them."""
+    try:
+      key = self._key(callback_context)
+      if not _tool_call_branch(key[4]):
+        return None
+      with self._guard:
+        if self._sessions.pop(key, None) is not None:
+          self._cached_bytes -= self._cache_bytes.pop(key, 0)
+          self.manifests.forget_stream(key)
+    except Exception as e:  # fail-open: a cache left behind is only memory
+      self._record_fault(callback_context, e, "after_agent", outcome="a finished lane's cache was kept")
+    return None
+
   async def on_event_callback(self, *, invocation_context: InvocationContext, event: Event) -> Optional[Event]:
     """Takes back what a pack wrote to state when its request was never sent.
 

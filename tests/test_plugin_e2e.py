@@ -460,7 +460,7 @@ class _InflateAnOldTurn(BasePlugin):
 async def test_the_guard_recounts_the_sent_request_and_catches_a_stale_history_view(monkeypatch):
   # The history sync notices an edited turn (see test_plugin_history_edits); blinded here,
   # the compiler's view goes stale, and the guard is the safety net under test.
-  monkeypatch.setattr(plugin_module, "_payloads", lambda content: ())
+  monkeypatch.setattr(plugin_module, "_same_payloads", lambda history, known: True)
   window = 4096
   model = OfflineLlm(default="Short answer.")
   ag, _ = agent(model=model)

@@ -262,3 +262,47 @@ def test_group_spans_pair_by_order_per_key():
   pinned = [s for s in spans if sources.group_item(contents, s, COUNTER, None, fps).pinned]
   assert pinned == [(1, 2)]
   assert sources.unanswered_calls(contents) == [(1, "name:x")]
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["single", "parallel"])
+async def test_the_synced_historys_open_calls_give_the_pending_calls_of_a_whole_walk(parallel, monkeypatch):
+  """The rewrite pairs calls from the ledger kept with the synced history, walking only what
+  came after it (a whole-request walk per call grew with the session). On every call of a
+  trimmed chat with answered, pending and parallel calls, a rewind and a restarted plugin,
+  it gives what walking the whole request gives."""
+  from aether_frame.adk import plugin as plugin_module
+
+  checked: list[frozenset] = []
+  incremental = plugin_module._pending_calls
+
+  def both(cache, contents, convo, anchor, outside):
+    got = incremental(cache, contents, convo, anchor, outside)
+    assert got == pending_calls(contents), (got, pending_calls(contents))
+    checked.append(got)
+    return got
+
+  monkeypatch.setattr(plugin_module, "_pending_calls", both)
+  pending_turn = _fc("beta", "gamma") if parallel else _fc("beta")
+  script = [_fc("alpha"), "alpha finished.", pending_turn, "beta is running."]
+  for t in range(8):
+    script += [_fc(f"job{t}"), f"Reply {t}. " + FILLER]
+  model = OfflineLlm(script=script, default="4")
+  ag, _ = agent(model=model, tools=[_jobs({"alpha", "gamma", *(f"job{t}" for t in range(0, 8, 2))})])
+  plugin = ContextPackPlugin(window=2048)
+  runner = make_runner(ag, [plugin])
+  session = await new_session(runner)
+  await say(runner, session.id, "start job alpha")
+  await say(runner, session.id, "start jobs" if parallel else "start job beta")
+  for t in range(8):
+    await say(runner, session.id, f"Turn {t}: " + FILLER)
+  # A rewind drops the last turns: the next sync starts over from the stored session.
+  stored = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session.id)
+  invocations = list(dict.fromkeys(e.invocation_id for e in stored.events))
+  await runner.rewind_async(user_id=USER, session_id=session.id, rewind_before_invocation_id=invocations[-2])
+  await say(runner, session.id, "after the rewind")
+  restarted = ContextPackPlugin(window=2048)
+  runner = make_runner(ag, [restarted], session_service=runner.session_service, artifact_service=runner.artifact_service)
+  await say(runner, session.id, "meanwhile, what's 2+2?")
+  assert len(checked) == len(model.received) >= 14  # a long job that stays pending ends its turn
+  assert sum(1 for c in checked if c) >= 10  # beta (and odd jobs) stay pending on most calls
+  assert plugin.faults == restarted.faults == 0

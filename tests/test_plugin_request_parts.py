@@ -107,7 +107,7 @@ async def test_static_file_and_dynamic_instruction_ride_every_request_of_a_trimm
 
 
 async def test_instruction_contents_survive_the_minimal_safe_pack(monkeypatch):
-  monkeypatch.setattr(plugin_module, "_payloads", lambda content: ())  # a stale history view (see test_plugin_e2e)
+  monkeypatch.setattr(plugin_module, "_same_payloads", lambda history, known: True)  # a stale history view (see test_plugin_e2e)
   model = OfflineLlm(default="Short answer.")
   recorder = Recorder()
   inflate = _InflateOldReply()
@@ -128,7 +128,7 @@ async def test_instruction_contents_survive_the_minimal_safe_pack(monkeypatch):
 
 
 async def test_a_text_only_static_instructions_dynamic_instruction_survives_the_minimal_pack(monkeypatch):
-  monkeypatch.setattr(plugin_module, "_payloads", lambda content: ())  # a stale history view (see test_plugin_e2e)
+  monkeypatch.setattr(plugin_module, "_same_payloads", lambda history, known: True)  # a stale history view (see test_plugin_e2e)
   model = OfflineLlm(default="Short answer.")
   inflate = _InflateOldReply()
   ag, _ = agent(model=model, static_instruction="You are a static helper.", instruction="DYNAMIC RULE: the user's name is {name}.")

@@ -94,6 +94,11 @@ def pending_calls(contents: Sequence[types.Content]) -> frozenset[str]:
   return frozenset(_labels(sources.unanswered_calls(contents)))
 
 
+def pending_labels(ledger: sources.OpenCalls) -> frozenset[str]:
+  """``pending_calls`` of the contents ``ledger`` walked."""
+  return frozenset(_labels(ledger.remaining()))
+
+
 def _labels(open_calls: Sequence[tuple[int, str]]) -> list[str]:
   """``key`` for a key's first open call, ``key#n`` for its n-th.
 

@@ -58,7 +58,7 @@ from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows, UnknownModelWindow
 from ..tokenizers import get_counter
 from . import artifact_listing, preload_memory, sources
-from .guard import check_request, pending_calls
+from .guard import check_request, pending_calls, pending_labels
 from .manifest_store import ManifestWriter
 from .state_schema import (
     CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, KnowledgeItem, PlanState, StateKeys, steps_key, tail_key,
@@ -216,6 +216,8 @@ class _SessionCache:
   artifact_names: list[str] = field(default_factory=list)
   """The session's artifacts as last listed (ours included, in the store's order)."""
   artifacts_retry_at: float = 0.0
+  open_calls: sources.OpenCalls = field(default_factory=sources.OpenCalls)
+  """The calls no later content of the synced history answers (positions: history indices)."""
 
 
 
@@ -829,11 +831,12 @@ class ContextPackPlugin(BasePlugin):
         # A plugin before this one may edit any turn (a redaction): recall would
         # offer the stale text. ADK shares the payloads of its per-call copies, so
         # this is an identity check, with equality for payloads rebuilt equal.
-        and [_payloads(c) for c in history[:n]] == cache.payloads
+        and _same_payloads(history, cache.payloads)
     )
     if not grew:
       cache.compiler.reset_history()
       cache.fps, cache.payloads, cache.spans, cache.watched = [], [], [], []
+      cache.open_calls = sources.OpenCalls()
       n = 0
     watched = cache.watched + [i for i in range(n, len(history)) if _carries_skill_body(history[i])]
     new_fps = [sources.fingerprint(c) for c in history[n:]]
@@ -854,6 +857,7 @@ class ContextPackPlugin(BasePlugin):
     cache.spans = cache.spans[:keep_groups] + spans
     cache.fps = fps
     cache.watched = watched
+    cache.open_calls = cache.open_calls.copy().walk(history[n:], n)
 
   async def _compile_into(self, ctx, llm_request, started: float, *, shared: bool = True) -> None:
     if self._fault_injector is not None:
@@ -882,6 +886,7 @@ class ContextPackPlugin(BasePlugin):
     task_input = _task_input_position(ctx, contents, cache.events.by_fp, placed | set(preload))
     placed |= task_input
     convo = [i for i in range(len(contents)) if i not in placed and i not in preload]
+    outside = placed | set(preload)
     anchor = sources.anchor_index([contents[i] for i in convo], ctx.user_content)
     if anchor is None:
       self._log_once("no-user-turn", logging.INFO, "request has no user turn; sent unmodified")
@@ -972,7 +977,7 @@ class ContextPackPlugin(BasePlugin):
     # REWRITE: build everything first, then assign (a fault after that puts the request back:
     # ``_put_back``).
     rw = self._rewrite(pack, positions, cache, contents, convo, anchor, user, user_text, llm_request,
-                       system_parts, new_system, scoped, counter)
+                       system_parts, new_system, scoped, counter, outside)
     if rw.over is not None and policy.overflow is OverflowPolicy.FAIL_LOUD:
       raise rw.over  # nothing smaller can be built: fail_loud refuses it, the ladder sends it and says so
     guard, fallback_guard, estimate, over = rw.guard, rw.fallback_guard, rw.estimate, rw.over
@@ -1046,7 +1051,7 @@ class ContextPackPlugin(BasePlugin):
   def _rewrite(self, pack: CompiledPack, positions: Mapping[str, list[int]], cache: _SessionCache,
                contents: list[types.Content], convo: list[int], anchor: int, user: types.Content, user_text: str,
                llm_request, system_parts: Optional[list[types.Part]], new_system: str, scoped: Any,
-               counter: TokenCounter) -> "_Rewrite":
+               counter: TokenCounter, outside: Optional[set[int]] = None) -> "_Rewrite":
     """The request the pack makes, checked by the validity guard; the minimal safe pack if it fails.
 
     Everything kept stays in its original order, the payload in the user turn's place.
@@ -1062,7 +1067,7 @@ class ContextPackPlugin(BasePlugin):
     new_config = scoped.apply_config(new_config)
     if pack.tool_overrides:
       new_config.tools = _override_declarations(new_config.tools, pack.tool_overrides)
-    usable, pending = pack.manifest["usable"], pending_calls(contents)
+    usable, pending = pack.manifest["usable"], _pending_calls(cache, contents, convo, anchor, outside)
     guard = check_request(new_contents, new_config, counter, usable=usable, pending=pending, last_role=contents[-1].role)
     if guard.ok:
       return _Rewrite(new_contents, new_config, kept, guard, None, guard.tokens, None)
@@ -1460,6 +1465,45 @@ def _payloads(content: types.Content) -> tuple:
   with the session (a call's args, a result's response, media bytes), so that equal turns
   compare by identity. A payload edited in place is shared too, and goes unseen."""
   return tuple([_payload(p) for p in content.parts or ()])
+
+
+def _pending_calls(cache: _SessionCache, contents: list[types.Content], convo: list[int], anchor: int,
+                   outside: Optional[set[int]]) -> frozenset[str]:
+  """``pending_calls(contents)``, from the synced history's open calls: only the contents after
+  the history are walked (and those outside it that come before its end, which hold no calls).
+
+  The history's calls were paired when it was synced; its contents are this call's (same
+  payloads, see ``_sync_history``). Anything else: the whole request is walked.
+  """
+  if outside is None or anchor == 0 or anchor != len(cache.fps):
+    return pending_calls(contents)
+  last = convo[anchor - 1]
+  for i in outside:
+    if i < last and sources.call_ids(contents[i]) != ([], []):
+      return pending_calls(contents)
+  ledger = cache.open_calls.copy(convo)
+  return pending_labels(ledger.walk(contents[last + 1:], last + 1))
+
+
+def _same_payloads(history: Sequence[types.Content], known: list[tuple]) -> bool:
+  """``[_payloads(c) for c in history[:len(known)]] == known``, without building the list.
+
+  The one O(history) step of a warm sync (ADK rebuilds every content each call, so every
+  one is looked at): no tuple or list is made per content, and it stops at the first
+  difference. Compares as the list did: identity first, then equality. Needs
+  ``len(history) >= len(known)``.
+  """
+  for c, want in zip(history, known):
+    parts = c.parts or ()
+    if len(parts) != len(want):
+      return False
+    for p, w in zip(parts, want):
+      got = p.text
+      if got is None:
+        got = _payload(p)
+      if got is not w and not got == w:
+        return False
+  return True
 
 
 def _payload(p: types.Part) -> Any:

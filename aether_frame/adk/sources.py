@@ -166,6 +166,22 @@ class OpenCalls:
       del self._open[key]
     return where
 
+  def copy(self, where: Optional[Sequence[int]] = None) -> "OpenCalls":
+    """A copy; ``where`` maps each recorded position to another (e.g. history index to request position)."""
+    out = OpenCalls()
+    out._open = {k: [where[i] for i in stack] if where is not None else list(stack) for k, stack in self._open.items()}
+    return out
+
+  def walk(self, contents: Sequence[types.Content], start: int = 0) -> "OpenCalls":
+    """Pairs ``contents`` (at positions ``start``...) onto the calls open so far; returns itself."""
+    for i, content in enumerate(contents, start):
+      calls, responses = call_ids(content)
+      for rid in responses:
+        self.answer(rid)
+      for cid in calls:
+        self.call(cid, i)
+    return self
+
   def remaining(self) -> list[tuple[int, str]]:
     """``(where, key)`` of every call still open, in order."""
     return sorted((where, key) for key, stack in self._open.items() for where in stack)
@@ -173,14 +189,7 @@ class OpenCalls:
 
 def unanswered_calls(contents: Sequence[types.Content]) -> list[tuple[int, str]]:
   """``(content index, key)`` of each call no later response answers (pending calls)."""
-  ledger = OpenCalls()
-  for i, content in enumerate(contents):
-    calls, responses = call_ids(content)
-    for rid in responses:
-      ledger.answer(rid)
-    for cid in calls:
-      ledger.call(cid, i)
-  return ledger.remaining()
+  return OpenCalls().walk(contents).remaining()
 
 
 def _is_pinned(chunk: Sequence[types.Content]) -> bool:

@@ -72,7 +72,7 @@ FAMILY_RULES: tuple[tuple[re.Pattern[str], int], ...] = (
 whose point releases keep their window."""
 
 
-_VARIANT = re.compile(r"-(?:tts|live|image|transcribe|translate|chat)(?:-|$)|native-audio")
+_VARIANT = re.compile(r"-(?:tts|live|image|transcribe|translate)(?:-|$)|native-audio|^gpt-5(?:\.\d+)?-chat")
 """Model-name markers of variants whose window is not their family's."""
 
 

@@ -193,6 +193,30 @@ async def test_single_turn_delegations_leave_no_cut_keys_behind_in_session_state
   assert plugin.faults == 0
 
 
+async def test_a_task_sub_agent_keeps_its_warm_cache_and_tail_cut_across_the_users_replies():
+  """A ``task`` sub-agent's branch is named after the delegating call too, but it chats with the
+  user over many invocations: it is not a one-call lane. Taken for one, its warm cache went after
+  every reply and its tail cut was never kept, so every call recompiled the whole history and the
+  cut lost its hysteresis."""
+  coord_model = OfflineLlm(script=[tool_call("tasker", {"request": "compare vendors A and B"}, "deleg-1")],
+                           default="coordinated")
+  task_model = OfflineLlm(default="A question back to the user? " + "Clarifying detail. " * 60)
+  tasker = LlmAgent(name="tasker", model=task_model, instruction="Do the task.", mode="task", description="Does tasks.")
+  coord = LlmAgent(name="coord", model=coord_model, instruction="Coordinate.", sub_agents=[tasker])
+  plugin = ContextPackPlugin(window=2500)
+  runner = make_runner(coord, [plugin])
+  session = await new_session(runner)
+  cuts = []
+  for t in range(6):
+    await say(runner, session.id, f"Reply {t}: more detail " + "blah " * 20)
+    assert [k[4] for k in plugin._sessions if k[3] == "tasker"] == ["tasker@deleg-1"], t
+    state = await _state(runner, session.id)
+    cuts.append([v for k, v in state.items() if k.startswith("aether_frame:tail:tasker|")])
+  assert len(task_model.received) >= 6
+  assert all(len(c) == 1 for c in cuts) and cuts[-1][0] is not None  # kept in state, every worker trims alike
+  assert plugin.faults == 0
+
+
 async def test_a_sub_agent_transferred_to_again_in_one_invocation_keeps_one_compiler():
   """root -> spec -> root -> spec in one invocation: ADK numbers root's runs, so spec ran under
   ``root@1/spec@1`` then ``root@2/spec@1``. Each was keyed as a lane of its own, with its own

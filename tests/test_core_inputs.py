@@ -68,7 +68,8 @@ def test_gpt_5_chat_snapshots_do_not_inherit_gpt_5s_400k_window():
   until OpenAI refused it (context_length_exceeded)."""
   windows = ModelWindows()
   assert windows.lookup("gpt-5") == windows.lookup("gpt-5-mini") == windows.lookup("gpt-5.1") == 400_000
-  for name in ("gpt-5-chat-latest", "openai/gpt-5-chat-latest", "gpt-5.1-chat-latest", "gpt-5.2-chat-latest"):
+  for name in ("gpt-5-chat-latest", "openai/gpt-5-chat-latest", "gpt-5.1-chat-latest", "gpt-5.2-chat-latest",
+               "gpt-5.1-chat-2025-11-13"):
     assert windows.lookup(name) == 128_000, name
   # Only gpt-5's chat snapshots: another family's "-chat" name still matches its family's prefix.
   assert windows.lookup("mistral-large-chat") == windows.lookup("gpt-4o-chat") == 128_000

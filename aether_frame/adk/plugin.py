@@ -550,7 +550,7 @@ class ContextPackPlugin(BasePlugin):
     were pushed out, other sessions' warm caches among them."""
     try:
       key = self._key(callback_context)
-      if not _tool_call_branch(key[4]):
+      if not _one_call_lane(key, agent):
         return None
       with self._guard:
         if self._sessions.pop(key, None) is not None:
@@ -957,7 +957,7 @@ class ContextPackPlugin(BasePlugin):
     lane_tail_key, lane_steps_key = tail_key(agent, steps_lane), steps_key(agent, steps_lane)
     # A lane of one tool call (a single_turn sub-agent) ends with it: its cuts are not kept in
     # state, where every delegation's keys would pile up for the session's life.
-    keep_cuts = not _tool_call_branch(lane[4])
+    keep_cuts = not _one_call_lane(lane, _invocation_of(ctx).agent)
     hint = self._tail_hint(cache, state.get(lane_tail_key, _MISSING))
     steps_hint = _steps_hint(cache.steps_hint, state.get(lane_steps_key), ctx.invocation_id)
     call = CallInputs(
@@ -1420,6 +1420,13 @@ def _over_call_limit(ctx) -> bool:
   except Exception:  # an ADK that counts otherwise: the call is packed
     return False
   return isinstance(limit, int) and isinstance(made, int) and 0 < limit <= made
+
+
+def _one_call_lane(key: tuple, agent: Any) -> bool:
+  """Whether compiler key ``key`` is a lane ADK opened for one tool call, which ends with it: a
+  ``single_turn`` sub-agent, an agent run as a tool. A ``task`` sub-agent keeps its branch (also
+  named after the call) across the user's replies, until it finishes the task."""
+  return _tool_call_branch(key[4]) and getattr(agent, "mode", None) != "task"
 
 
 def _tool_call_branch(branch: Any) -> bool:

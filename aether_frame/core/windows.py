@@ -65,8 +65,8 @@ FAMILY_RULES: tuple[tuple[re.Pattern[str], int], ...] = (
     # gemini-3.5-flash, gemini-3.1-pro-preview, gemini-3.8-flash-lite-001,
     # gemini-3.1-pro-preview-customtools; not -image, -tts, -live, -audio.
     (re.compile(r"gemini-3(?:\.\d+)?-(?:pro|flash|flash-lite)(?:-preview)?(?:-\d[\d-]*)?(?:-customtools)?"), 1_048_576),
-    # gpt-5.1-chat-latest, gpt-5.2-chat-latest: the ChatGPT snapshots keep 128K.
-    (re.compile(r"gpt-5(?:\.\d+)?-chat(?:-latest)?"), 128_000),
+    # gpt-5.1-chat-latest, gpt-5.2-chat-latest, dated ones: the ChatGPT snapshots keep 128K.
+    (re.compile(r"gpt-5(?:\.\d+)?-chat(?:-latest|-\d[\d-]*)?"), 128_000),
 )
 """(full-name pattern, window) after exact and prefix matches: model families
 whose point releases keep their window."""

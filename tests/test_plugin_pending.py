@@ -306,3 +306,52 @@ async def test_the_synced_historys_open_calls_give_the_pending_calls_of_a_whole_
   assert len(checked) == len(model.received) >= 14  # a long job that stays pending ends its turn
   assert sum(1 for c in checked if c) >= 10  # beta (and odd jobs) stay pending on most calls
   assert plugin.faults == restarted.faults == 0
+
+
+async def test_call_ids_that_change_mid_session_resync_the_pending_call_ledger(monkeypatch):
+  """The ledger kept with the synced history pairs calls by id. When the history's ids change (the
+  agent's model changed from one ADK strips ids for to one it keeps them for, or a plugin before
+  this one sets them), the history re-syncs, and the pending calls stay a whole walk's."""
+  from google.adk.plugins.base_plugin import BasePlugin
+
+  from aether_frame.adk import plugin as plugin_module
+
+  checked: list[frozenset] = []
+  incremental = plugin_module._pending_calls
+
+  def both(cache, contents, convo, anchor, outside):
+    got = incremental(cache, contents, convo, anchor, outside)
+    assert got == pending_calls(contents), (got, pending_calls(contents))
+    checked.append(got)
+    return got
+
+  monkeypatch.setattr(plugin_module, "_pending_calls", both)
+
+  class SetIds(BasePlugin):  # from the sixth call on, the pending call (mid-history by then) has an id
+    def __init__(self):
+      super().__init__("set_ids")
+      self.calls = 0
+
+    async def before_model_callback(self, *, callback_context, llm_request):
+      self.calls += 1
+      if self.calls < 6:
+        return None
+      for content in llm_request.contents:
+        for part in content.parts or ():
+          if part.function_call is not None and part.function_call.args.get("x") == "beta":
+            part.function_call = part.function_call.model_copy(update={"id": "id-beta"})
+      return None
+
+  script = [_fc("alpha"), "alpha finished.", _fc("beta"), "beta is running."] + [f"Reply {t}." for t in range(4)]
+  model = OfflineLlm(script=script, default="4")
+  ag, _ = agent(model=model, tools=[_jobs({"alpha"})])
+  plugin = ContextPackPlugin(window=100_000)
+  runner = make_runner(ag, [SetIds(), plugin])
+  session = await new_session(runner)
+  for text in ("start job alpha", "start job beta", "one", "two", "three"):
+    await say(runner, session.id, text)
+  assert len(checked) == len(model.received) >= 6
+  assert checked[-1] == frozenset({"id-beta"}), checked  # beta, now by its id
+  docs = await manifests(runner, session.id)
+  assert all(_guard(d)["ok"] and not _guard(d)["fallback"] for d in docs), [_guard(d) for d in docs]
+  assert plugin.faults == 0

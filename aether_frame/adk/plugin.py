@@ -1516,10 +1516,13 @@ def _same_payloads(history: Sequence[types.Content], known: list[tuple]) -> bool
 def _payload(p: types.Part) -> Any:
   if p.text is not None:
     return p.text
-  if p.function_call is not None:  # ADK rebuilds the call without its client id: compare what it says
-    return (p.function_call.name, p.function_call.args)
+  # ADK rebuilds a call each request (args shared), with its id or without it (per model) alike on
+  # every call: an id that changes anyway (the agent's model changed) re-syncs, as the pending-call
+  # ledger kept with the synced history pairs by id.
+  if p.function_call is not None:
+    return (p.function_call.name, p.function_call.args, p.function_call.id)
   if p.function_response is not None:
-    return (p.function_response.name, p.function_response.response, p.function_response.parts)
+    return (p.function_response.name, p.function_response.response, p.function_response.parts, p.function_response.id)
   if p.inline_data is not None:
     return (p.inline_data.mime_type, p.inline_data.data)
   return p.file_data or p.executable_code or p.code_execution_result or p.thought_signature

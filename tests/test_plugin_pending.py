@@ -270,18 +270,7 @@ async def test_the_synced_historys_open_calls_give_the_pending_calls_of_a_whole_
   came after it (a whole-request walk per call grew with the session). On every call of a
   trimmed chat with answered, pending and parallel calls, a rewind and a restarted plugin,
   it gives what walking the whole request gives."""
-  from aether_frame.adk import plugin as plugin_module
-
-  checked: list[frozenset] = []
-  incremental = plugin_module._pending_calls
-
-  def both(cache, contents, convo, anchor, outside):
-    got = incremental(cache, contents, convo, anchor, outside)
-    assert got == pending_calls(contents), (got, pending_calls(contents))
-    checked.append(got)
-    return got
-
-  monkeypatch.setattr(plugin_module, "_pending_calls", both)
+  checked = _pending_checked_against_a_whole_walk(monkeypatch)
   pending_turn = _fc("beta", "gamma") if parallel else _fc("beta")
   script = [_fc("alpha"), "alpha finished.", pending_turn, "beta is running."]
   for t in range(8):
@@ -314,18 +303,7 @@ async def test_call_ids_that_change_mid_session_resync_the_pending_call_ledger(m
   this one sets them), the history re-syncs, and the pending calls stay a whole walk's."""
   from google.adk.plugins.base_plugin import BasePlugin
 
-  from aether_frame.adk import plugin as plugin_module
-
-  checked: list[frozenset] = []
-  incremental = plugin_module._pending_calls
-
-  def both(cache, contents, convo, anchor, outside):
-    got = incremental(cache, contents, convo, anchor, outside)
-    assert got == pending_calls(contents), (got, pending_calls(contents))
-    checked.append(got)
-    return got
-
-  monkeypatch.setattr(plugin_module, "_pending_calls", both)
+  checked = _pending_checked_against_a_whole_walk(monkeypatch)
 
   class SetIds(BasePlugin):  # from the sixth call on, the pending call (mid-history by then) has an id
     def __init__(self):
@@ -355,3 +333,21 @@ async def test_call_ids_that_change_mid_session_resync_the_pending_call_ledger(m
   docs = await manifests(runner, session.id)
   assert all(_guard(d)["ok"] and not _guard(d)["fallback"] for d in docs), [_guard(d) for d in docs]
   assert plugin.faults == 0
+
+
+def _pending_checked_against_a_whole_walk(monkeypatch) -> list[frozenset]:
+  """Makes the plugin check each call's pending calls from its ledger against a walk of the whole
+  request (a mismatch faults that call); returns the list the checked results go to."""
+  from aether_frame.adk import plugin as plugin_module
+
+  checked: list[frozenset] = []
+  incremental = plugin_module._pending_calls
+
+  def both(cache, contents, convo, anchor, outside):
+    got = incremental(cache, contents, convo, anchor, outside)
+    assert got == pending_calls(contents), (got, pending_calls(contents))
+    checked.append(got)
+    return got
+
+  monkeypatch.setattr(plugin_module, "_pending_calls", both)
+  return checked

@@ -386,15 +386,6 @@ class ContextPackPlugin(BasePlugin):
     # ``context_pack_callbacks`` is left to them, or its request is packed twice.
     if _packed_by_agent(callback_context):
       return None
-    first = _first_pack_plugin(callback_context)
-    if first is not None and first is not self:
-      # Twice in one app (``adk api_server --extra_plugins`` adds one to the app's own):
-      # the second would pack the pack, and store a second manifest per call.
-      self._log_once("duplicate", logging.WARNING,
-                     "App(plugins=[...]) holds two ContextPackPlugins (%r and %r; `adk --extra_plugins` adds "
-                     "one to the app's own): only the first packs, this one leaves requests alone; remove one",
-                     first.name, self.name)
-      return None
     for later in _plugins_after(self, callback_context):
       self._log_once("order:" + later, logging.WARNING,
                      "plugin %r runs after ContextPackPlugin and may change the request: what it adds is "
@@ -407,9 +398,10 @@ class ContextPackPlugin(BasePlugin):
     if packer is not None and packer is not self:
       self._log_once("packed:" + callback_context.agent_name, logging.WARNING,
                      "agent %s: a request already packed by %r reached %r, which leaves it alone (packing "
-                     "it again would nest one pack in the other). Two packers see this agent's calls: say, "
-                     "the plugin and a wrapped context_pack_callbacks callback, which the plugin cannot "
-                     "recognise; pass the callback itself, or keep one of them",
+                     "it again would nest one pack in the other). Two packers see this agent's calls: "
+                     "two ContextPackPlugins in App(plugins=[...]) (`adk --extra_plugins` adds one to the "
+                     "app's own), or the plugin and a wrapped context_pack_callbacks callback, which the "
+                     "plugin cannot recognise; keep one of them",
                      callback_context.agent_name, packer.name, self.name)
       return None
     if _server_keeps_history(callback_context, llm_request):
@@ -1051,7 +1043,7 @@ class ContextPackPlugin(BasePlugin):
   def _rewrite(self, pack: CompiledPack, positions: Mapping[str, list[int]], cache: _SessionCache,
                contents: list[types.Content], convo: list[int], anchor: int, user: types.Content, user_text: str,
                llm_request, system_parts: Optional[list[types.Part]], new_system: str, scoped: Any,
-               counter: TokenCounter, outside: Optional[set[int]] = None) -> "_Rewrite":
+               counter: TokenCounter, outside: set[int]) -> "_Rewrite":
     """The request the pack makes, checked by the validity guard; the minimal safe pack if it fails.
 
     Everything kept stays in its original order, the payload in the user turn's place.
@@ -1424,16 +1416,11 @@ def _over_call_limit(ctx) -> bool:
 
 def _one_call_lane(key: tuple, agent: Any) -> bool:
   """Whether compiler key ``key`` is a lane ADK opened for one tool call, which ends with it: a
-  ``single_turn`` sub-agent, an agent run as a tool. A ``task`` sub-agent keeps its branch (also
-  named after the call) across the user's replies, until it finishes the task."""
-  return _tool_call_branch(key[4]) and getattr(agent, "mode", None) != "task"
-
-
-def _tool_call_branch(branch: Any) -> bool:
-  """Whether ADK opened ``branch`` for one tool call: a ``single_turn``/``task`` sub-agent or a node
-  run as a tool gets ``<parent>.<tool>@<function call id>``, new per call; workflow runs number
-  theirs (``writer@2``), stable across turns."""
-  if not isinstance(branch, str):
+  ``single_turn`` sub-agent or an agent run as a tool gets the branch ``<parent>.<tool>@<function
+  call id>``, new per call. Workflow runs number theirs (``writer@2``), stable across turns, and a
+  ``task`` sub-agent keeps its call-named branch across the user's replies until it is done."""
+  branch = key[4]
+  if not isinstance(branch, str) or getattr(agent, "mode", None) == "task":
     return False
   name, at, run = branch.rpartition(".")[2].rpartition("@")
   return bool(name and at and run) and not run.isdigit()
@@ -1475,14 +1462,14 @@ def _payloads(content: types.Content) -> tuple:
 
 
 def _pending_calls(cache: _SessionCache, contents: list[types.Content], convo: list[int], anchor: int,
-                   outside: Optional[set[int]]) -> frozenset[str]:
+                   outside: set[int]) -> frozenset[str]:
   """``pending_calls(contents)``, from the synced history's open calls: only the contents after
   the history are walked (and those outside it that come before its end, which hold no calls).
 
   The history's calls were paired when it was synced; its contents are this call's (same
   payloads, see ``_sync_history``). Anything else: the whole request is walked.
   """
-  if outside is None or anchor == 0 or anchor != len(cache.fps):
+  if anchor == 0 or anchor != len(cache.fps):
     return pending_calls(contents)
   last = convo[anchor - 1]
   for i in outside:
@@ -1584,15 +1571,6 @@ def _not_a_policy(value: Any) -> str:
   return type(value).__name__
 
 
-def _first_pack_plugin(ctx) -> Optional["ContextPackPlugin"]:
-  """The first ContextPackPlugin ADK runs for this call (None: not run by a plugin manager)."""
-  try:
-    plugins = _invocation_of(ctx).plugin_manager.plugins
-  except Exception:  # agent-level callbacks, or a context of another shape
-    return None
-  return next((p for p in plugins if isinstance(p, ContextPackPlugin)), None)
-
-
 def _plugins_after(plugin: BasePlugin, ctx) -> list[str]:
   """Names of the plugins ADK runs after ``plugin`` that may change the request.
 
@@ -1607,7 +1585,7 @@ def _plugins_after(plugin: BasePlugin, ctx) -> list[str]:
   out = []
   for p in later:
     cls = type(p)
-    if isinstance(p, ContextPackPlugin):  # a second one stands aside (see ``before_model_callback``)
+    if isinstance(p, ContextPackPlugin):  # a second one leaves packed requests alone (``_PACKED``)
       continue
     if cls.__name__ in _REQUEST_EDITING_ADK_PLUGINS or (
         not cls.__module__.startswith("google.adk.")

@@ -358,8 +358,9 @@ async def replay(source, *, policy_override=None, on_call: Optional[Callable[[Ca
   compiler session (the same packs, in time quadratic in a session's length).
   """
   reports = []
+  shared = new_rebuilds(cold=cold)  # one ranker: the texts sessions share are analysed once
   for ref in await source.sessions():
-    rebuilds = new_rebuilds(cold=cold)
+    rebuilds = shared.next_session()
     for v in await source.versions(ref):
       try:
         call = await source.load(ref, v)

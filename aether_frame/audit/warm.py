@@ -47,6 +47,10 @@ class SessionRebuilds:
     self.groups_added = 0
     """History groups handed to a compiler session so far (cold: every call's whole history)."""
 
+  def next_session(self) -> "SessionRebuilds":
+    """For another stored session: the same ranker (what it analysed carries over), nothing else."""
+    return SessionRebuilds(self._ranker, self._make_index, cold=self.cold)
+
   def compile(self, inputs: CompileInput, history_keys: Sequence[str], counter: TokenCounter,
               stream: Hashable) -> CompiledPack:
     """``inputs`` compiled; ``history_keys`` names its history groups (one content key each),

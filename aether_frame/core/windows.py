@@ -46,7 +46,6 @@ DEFAULT_WINDOWS: dict[str, int] = {
     "claude-haiku-4": 200_000,
     # OpenAI
     "gpt-5": 400_000,
-    "gpt-5-chat": 128_000,  # the ChatGPT snapshot (gpt-5-chat-latest): a smaller window than gpt-5
     "gpt-4.1": 1_047_576,
     "gpt-4o": 128_000,
     "gpt-4o-mini": 128_000,

@@ -188,6 +188,18 @@ def test_fields_holding_the_digest_separators_do_not_collide():
   assert _digest(plain) == _digest(plain.model_copy())  # and plain items keep their digest
 
 
+def _recording_count(counter, *, over: int):
+  """``counter.count``, and the list of the lengths of the texts it counted that were longer than ``over``."""
+  seen: list[int] = []
+
+  def count(s: str) -> int:
+    if len(s) > over:
+      seen.append(len(s))
+    return counter.count(s)
+
+  return count, seen
+
+
 def test_compressing_a_long_text_counts_each_sentence_about_once():
   """Every sentence used to be counted inside a whole candidate summary: quadratic, and
   about 50 s to compile one 8,000-sentence evidence item. Sentences that cannot fit by
@@ -196,11 +208,7 @@ def test_compressing_a_long_text_counts_each_sentence_about_once():
 
   counter = get_counter()
   text = " ".join(f"Sentence {i} reports revenue for region {i % 7} in quarter {i % 4}." for i in range(3000))
-  counted: list[int] = []
-
-  def count(s: str) -> int:
-    counted.append(len(s))
-    return counter.count(s)
+  count, counted = _recording_count(counter, over=-1)  # every count
 
   for target in (400, 20_000):
     counted.clear()
@@ -219,12 +227,7 @@ def test_compressing_a_text_of_tiny_sentences_stops_recounting_near_the_target()
 
   counter = get_counter()
   text = "a. " * 33_000
-  whole: list[int] = []
-
-  def count(s: str) -> int:
-    if len(s) > 100:
-      whole.append(len(s))
-    return counter.count(s)
+  count, whole = _recording_count(counter, over=100)  # whole-summary counts only
 
   for target in (300, 3000):
     whole.clear()

@@ -245,6 +245,30 @@ def test_tail_is_trimmed_in_chunks_and_the_prefix_is_stable_between_trims():
   assert all(j >= 3 for j in jumps), jumps
 
 
+def test_a_tail_that_holds_few_more_turns_than_recent_turns_still_trims_in_chunks():
+  """The low-water mark would cut into the last ``recent_turns`` groups: the cut goes
+  as deep as they allow, so the next calls fit. It used to cut just enough to fit,
+  one group per call, and the cached prefix broke on every call."""
+  policy = PackPolicy(trim_low_water=0.3, recent_turns=6)
+  session = CompilerSession(policy, COUNTER)
+  hint, starts = None, []
+  for group in _history(60, words=120):
+    session.extend_history([group])
+    pack = session.compile(CallInputs(items=_fixed(), window=3000, tail_hint=hint))
+    assert pack.tokens <= pack.manifest["usable"]
+    starts.append(pack.tail_start_id)
+    hint = pack.tail_start_id
+  pos = {f"h{i}": i for i in range(60)}
+  changes = [i for i in range(1, len(starts)) if starts[i] != starts[i - 1]]
+  assert len(changes) >= 2, "the fixture must overflow more than once"
+  assert len(changes) <= len(starts) // 8, f"tail moved on {len(changes)} of {len(starts)} calls"
+  # Every trim keeps the recent turns (an opening at their start) and never fewer.
+  for i in changes:
+    kept = i + 1 - pos[starts[i]]
+    assert kept >= policy.recent_turns, (i, kept)
+    assert pos[starts[i]] - pos[starts[i - 1]] >= 4
+
+
 def test_kept_ids_of_a_returned_pack_survive_truncation_and_regrouping():
   """conversation_ids is a view of the session's id list; cutting that list must not reach it."""
   session = CompilerSession(PackPolicy(), COUNTER)

@@ -350,3 +350,28 @@ def test_a_lane_sends_the_same_steps_however_another_lanes_calls_interleave():
     for n, (one, two) in enumerate(zip(free[lane], stalled_run[lane], strict=True)):
       assert two == one, f"lane {lane}, call {n}"
   assert len(keys) == len(free_keys) == 2, keys  # one in-flight cut per lane
+
+
+def test_a_loop_whose_window_holds_few_more_steps_than_recent_turns_trims_in_chunks():
+  """The low-water cut would eat into the last ``recent_turns`` steps: the cut goes as
+  deep as they allow. It used to drop one step per iteration, so every call's cached
+  prefix broke right after the payload."""
+  async def go():
+    drafts = itertools.count()
+    model = OfflineLlm(default=lambda req: f"Draft {next(drafts)}: " + "a line of verse about the sea. " * 15)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      loop = LoopAgent(name="loop", sub_agents=[LlmAgent(name="w", model=model)], max_iterations=16)
+    plugin = ContextPackPlugin(window=1500)
+    runner = make_runner(loop, [plugin])
+    s = await new_session(runner, state={"plan": {"goal": "Write a poem", "step": "iterate", "acceptance": ["short"]}})
+    await say(runner, s.id, "Write.")
+    assert plugin.faults == 0 and len(model.received) == 16
+    oldest = [next((p.text.split(":")[0] for c in req.contents if c.role == "model" for p in c.parts or () if p.text),
+                   None) for req in model.received]
+    moves = [i for i in range(2, len(oldest)) if oldest[i] != oldest[i - 1]]
+    assert moves, oldest  # the fixture must overflow
+    assert len(moves) <= 4, oldest  # was a move on every call once the window filled
+    for req in model.received:
+      fits(req, 1500, 0)
+  asyncio.run(go())

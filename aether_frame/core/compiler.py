@@ -943,7 +943,11 @@ class CompilerSession:
     new_start = self._opening(self._first_fitting(low))
     essentials = max(0, n - self.policy.recent_turns)
     if new_start > essentials:
-      new_start = max(self._opening(self._first_fitting(budget)), start)
+      # The low-water mark would cut into the recent turns: cut as deep as they
+      # allow (still a chunk, so the next calls fit), or just enough to fit.
+      at = bisect.bisect_right(self._openers, essentials) - 1
+      deepest = self._openers[at] if at >= 0 else 0  # the last opening within the older turns
+      new_start = max(self._opening(self._first_fitting(budget)), start, deepest)
     if new_start > start:  # (a hint moved to its turn's opening may already be past every group)
       events.append(self._range_event(start, new_start, "older conversation, chunked trim to the low-water mark"))
     return new_start, events
@@ -964,8 +968,9 @@ class CompilerSession:
       def first_within(limit: int) -> int:
         return next(k for k in range(start, len(steps) + 1) if suffix[k] <= max(0, limit))
       cut = first_within(math.floor(budget * self.policy.trim_low_water))
-      if cut > max(0, len(steps) - self.policy.recent_turns):
-        cut = first_within(budget)
+      essentials = max(0, len(steps) - self.policy.recent_turns)
+      if cut > essentials:  # as in ``_tail``: as deep as the recent steps allow, or just enough to fit
+        cut = max(first_within(budget), essentials)
     events: list[dict[str, Any]] = []
     if start:
       events.append(self._steps_event(steps[:start], "in-flight steps, trimmed in an earlier call (kept out for cache stability)"))

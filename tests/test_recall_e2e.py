@@ -74,3 +74,34 @@ async def test_turn_12_of_200_is_recalled_into_a_2k_pack_and_explained():
   assert explain["relevance"] > 0.0 and explain["score"] == row["score"] > 0.0
   others = [r["score"] for r in rows if r is not row]
   assert all(row["score"] >= s for s in others)
+
+
+async def test_a_recalled_tool_step_carries_its_events_date_and_pointer():
+  """Gemini sends calls without ids; ADK gives them ``adk-`` ids in the session and strips
+  them from the request, so the step never matched its event: it was recalled as
+  ``[undated]``, pointing at nothing, and freshness ranking took it for undated."""
+  from aether_frame.offline_model import tool_call
+
+  def open_locker(depot: str) -> dict:
+    """Opens a storage locker."""
+    return {"depot": depot, "code": "7319", "unit": 42}
+
+  model = OfflineLlm(script=[tool_call("open_locker", {"depot": "Riverside"}), "Opened."], default="Noted.")
+  assert model.received == []
+  ag, _ = agent(model=model, tools=[open_locker])
+  runner = make_runner(ag, [ContextPackPlugin(window=2048)])
+  session = await new_session(runner)
+  await say(runner, session.id, "Open my locker at the Riverside depot please.")
+  for i in range(60):
+    await say(runner, session.id, turn_text(i + 13))
+  await say(runner, session.id, "Which locker did you open at the Riverside depot, and what code?")
+
+  stored = await runner.session_service.get_session(app_name=runner.app_name, user_id=USER, session_id=session.id)
+  call_event = next(e for e in stored.events if e.get_function_calls())
+  assert call_event.get_function_calls()[0].id.startswith("adk-")  # the case at hand: ids ADK made up
+  doc = await _last_manifest(runner, session.id)
+  rows = [r for r in doc["items"] if r.get("kind") == "recall" and r["status"] == "included"]
+  pack = payload_of(model.received[-1])
+  line = next(ln for ln in pack.splitlines() if "called open_locker" in ln)
+  assert "[undated]" not in line and "(undated" not in line, line
+  assert any(r["pointer"] == call_event.id for r in rows), [r["pointer"] for r in rows]

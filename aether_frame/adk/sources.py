@@ -25,6 +25,11 @@ from .state_schema import KnowledgeItem, PlanState
 
 CONFIRMATION_CALL = "adk_request_confirmation"
 
+try:  # the ids ADK gives calls a model sent without one
+  from google.adk.utils._function_call_names import AF_FUNCTION_CALL_ID_PREFIX as CLIENT_CALL_ID_PREFIX
+except ImportError:  # pragma: no cover - another ADK layout
+  CLIENT_CALL_ID_PREFIX = "adk-"
+
 try:  # the opening ADK 2.x gives another agent's relayed turn
   from google.adk.flows.llm_flows.context._fencing import OTHER_AGENT_CONTEXT_PREAMBLE
 except ImportError:  # pragma: no cover - older ADK
@@ -592,13 +597,40 @@ class EventIndex:
         self.by_fp.setdefault(fp, EventInfo(compaction.end_timestamp, COMPACTION_AUTHOR, ev.id))
       elif ev.content is not None and not getattr(ev, "partial", False):
         info = EventInfo(ev.timestamp, ev.author, ev.id)
-        self.by_fp.setdefault(fingerprint(ev.content), info)
-        if any(p.thought for p in ev.content.parts or ()):
+        content = ev.content
+        self.by_fp.setdefault(fingerprint(content), info)
+        if _has_client_call_ids(content):
+          # ADK sends a model without call ids its calls and responses with the
+          # ``adk-`` ids it gave them stripped (``remove_client_function_call_id``).
+          content = _without_client_call_ids(content)
+          self.by_fp.setdefault(fingerprint(content), info)
+        if any(p.thought for p in content.parts or ()):
           # A planner that rewrites responses (PlanReActPlanner) has ADK send
           # them with their ``thought`` flags cleared.
-          self.by_fp.setdefault(fingerprint(_without_thought_flags(ev.content)), info)
+          self.by_fp.setdefault(fingerprint(_without_thought_flags(content)), info)
     if events:
       self.last_id = events[-1].id or None
+
+
+def _is_client_id(call: Any) -> bool:
+  return call is not None and isinstance(call.id, str) and call.id.startswith(CLIENT_CALL_ID_PREFIX)
+
+
+def _has_client_call_ids(content: types.Content) -> bool:
+  return any(_is_client_id(p.function_call) or _is_client_id(p.function_response) for p in content.parts or ())
+
+
+def _without_client_call_ids(content: types.Content) -> types.Content:
+  """The content as ADK sends it to a model that gave no call ids (a copy; events stay as they are)."""
+  parts = []
+  for p in content.parts or ():
+    update = {}
+    if _is_client_id(p.function_call):
+      update["function_call"] = p.function_call.model_copy(update={"id": None})
+    if _is_client_id(p.function_response):
+      update["function_response"] = p.function_response.model_copy(update={"id": None})
+    parts.append(p.model_copy(update=update) if update else p)
+  return content.model_copy(update={"parts": parts})
 
 
 def _without_thought_flags(content: types.Content) -> types.Content:

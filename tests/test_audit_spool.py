@@ -365,3 +365,29 @@ def test_an_upload_cancelled_with_its_loop_keeps_the_spool_locked_so_it_is_not_s
   stored = asyncio.run(_versions(svc, sid))
   assert [d["pack_id"] for d in stored] == [d["pack_id"] for d in writer.documents]  # once each, in order
   assert Spool(spool_dir).acquire()  # and the lock is free again
+
+
+def test_a_spool_entry_is_on_disk_with_its_folder_entry_when_add_returns(tmp_path, monkeypatch):
+  """The file was fsynced but its folder was not: after a power loss the rename
+  (the entry's name in the folder) could be gone, and the manifest with it."""
+  import stat
+
+  synced: list[tuple[bool, str]] = []
+  real = os.fsync
+
+  def recording(fd):
+    st = os.fstat(fd)
+    synced.append((stat.S_ISDIR(st.st_mode), os.readlink(f"/proc/self/fd/{fd}")))
+    return real(fd)
+
+  monkeypatch.setattr(os, "fsync", recording)
+  spool = Spool(tmp_path / "spool")
+  from aether_frame.audit.spool import make_entry
+
+  path = spool.add(make_entry(store="mem://x", app=APP, user=USER, session="s", filename=MANIFEST_FILENAME,
+                              blob_app="b", manifest={"checksum": "x"}, blobs={"ab" * 32: b"[1]"}))
+  folders = [p for is_dir, p in synced if is_dir]
+  assert str(path.parent) in folders and str(path.parent / "blobs") in folders
+  # The folder is synced after the file it names.
+  assert max(i for i, (d, p) in enumerate(synced) if d and p == str(path.parent)) > max(
+      i for i, (d, p) in enumerate(synced) if not d)

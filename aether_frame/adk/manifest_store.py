@@ -26,10 +26,11 @@ from typing import Any, Callable, Mapping, Optional, Union
 from google.genai import types
 
 from ..audit import inputs as replay_inputs
-from ..audit.spool import Spool, default_spool_dir, entry_blobs, make_entry
+from ..audit.spool import Spool, SpoolEntryError, default_spool_dir, entry_blobs, make_entry
 from ..audit.terminal import shown
 from ..core import manifest as manifest_doc
 from ..core.errors import AetherFrameError
+from ..log_limit import RateLimitedLog
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +214,9 @@ class ManifestWriter:
     self.refresh_after = refresh_after
     self.spool = None if spool_dir is False else Spool(default_spool_dir() if spool_dir in (None, True) else spool_dir)
     self.timeout = timeout
-    self._warned: set[str] = set()
+    self._log = RateLimitedLog(logger)
+    self._spool_unusable: Optional[str] = None
+    """Why the spool cannot be used at all (its lock cannot be opened), as of the last flush."""
     self.last_document: Optional[dict[str, Any]] = None
     self.last_write: dict[str, Any] = {}
     self.stats = {"stored": 0, "spooled": 0, "flushed": 0, "blobs_written": 0, "blob_bytes": 0, "manifest_bytes": 0,
@@ -302,12 +305,9 @@ class ManifestWriter:
       if any(h.entry["store"] == entry["store"] for h in self._held):  # after them, in call order
         self._hold(_Held(service, entry, blobs, "earlier manifests are still held in memory"))
         return None
-    if self._pending(entry["store"]):
-      try:  # bounded: after a long outage the backlog is not this call's to wait for
-        await self.flush(service, budget=self.timeout)
-      except Exception as e:  # the spool's lock cannot be taken: its entries wait, so does this one
-        self._warn("flush:" + type(e).__name__, "flushing the spool %s failed: %r", self.spool.root, e)
-      if self._pending(entry["store"]):
+    if self._spool_unusable is not None or self._waiting(entry["store"]):
+      await self._flush_first(service)  # (an unusable spool is tried again: it may be fixed)
+      if self._waiting(entry["store"]):
         self._to_spool(service, entry, blobs, "earlier manifests are still waiting in the spool")
         return None
     task = asyncio.ensure_future(self._store(service, entry, ctx=ctx, blobs=blobs))
@@ -322,6 +322,31 @@ class ManifestWriter:
     if path is not None and task not in done:
       self._adopt(path, task)
     return None
+
+  async def _flush_first(self, service) -> None:
+    """Flushes the spool before a write, bounded by ``timeout``, and says what came of it."""
+    try:  # bounded: after a long outage the backlog is not this call's to wait for
+      report = await self.flush(service, budget=self.timeout)
+    except Exception as e:
+      self._warn("flush:" + type(e).__name__, "flushing the spool %s failed: %r", self.spool.root, e)
+      return
+    if report.flushed:
+      self._warn("flushed", "the artifact store took %d spooled context-pack manifests from %s; %d still waiting",
+                 report.flushed, self.spool.root, report.pending, level=logging.INFO)
+    if not report.pending:
+      for prefix in ("spool:", "flush:", "unusable", "flushed"):  # the backlog is gone: a later one is reported at once
+        self._log.forget(prefix)
+    elif report.errors and not report.busy:
+      self._warn("flush:" + report.errors[0], "the spool %s could not be flushed (%s); %d manifests wait in it, and "
+                 "new ones wait behind them", self.spool.root, report.errors[0], report.pending)
+
+  def _waiting(self, store: str) -> bool:
+    """Whether spooled entries for ``store`` are waiting, so a new manifest goes after them (call order).
+
+    Not while the spool cannot be used at all (a read-only disk): its entries
+    cannot be flushed then, and every new manifest held behind them would be lost.
+    """
+    return self._spool_unusable is None and bool(self._pending(store))
 
   def _adopt(self, path: Path, task: asyncio.Task) -> None:
     """An upload that timed out may still land: hold the spool lock until it settles.
@@ -369,7 +394,8 @@ class ManifestWriter:
     except Exception as e:
       self._hold(_Held(service, entry, blobs, reason, task), spool_error=e)
       return None
-    self._warn("spool:" + reason.split(":")[0], "artifact store failed (%s); manifest spooled to %s, the run continues", reason, self.spool.root)
+    self._warn("spool:" + reason.split(":")[0], "context-pack manifest not stored yet (%s); spooled to %s, the run continues",
+               reason, self.spool.root)
     return path
 
   def _spool_add(self, entry: dict[str, Any], blobs: Mapping[str, bytes], reason: str) -> Path:
@@ -398,8 +424,8 @@ class ManifestWriter:
     """
     self._held.append(held)
     if spool_error is not None:
-      self._warn(f"held:{type(spool_error).__name__}", "context-pack manifest for %s not stored: the artifact store failed "
-                 "(%s) and the spool %s failed too (%r); kept in memory (up to %d) and retried on the next call",
+      self._warn(f"held:{type(spool_error).__name__}", "context-pack manifest for %s not stored yet (%s), and the "
+                 "spool %s failed too (%r); kept in memory (up to %d) and retried on the next call",
                  _label(held.entry), held.reason, self.spool.root, spool_error, self.max_held, level=logging.ERROR)
     while len(self._held) > self.max_held:
       dropped = self._held.popleft()
@@ -418,9 +444,9 @@ class ManifestWriter:
 
   def _count_lost(self, entry: dict[str, Any]) -> None:
     self.stats["lost"] += 1
-    logger.error("context-pack manifest for %s lost: %d manifests are held in memory while the artifact store and "
-                 "the spool %s both fail; %d lost so far", _label(entry), self.max_held, self.spool.root,
-                 self.stats["lost"])
+    self._warn("lost", "context-pack manifest for %s lost: %d manifests are held in memory while the artifact store and "
+               "the spool %s both fail; %d lost so far", _label(entry), self.max_held, self.spool.root,
+               self.stats["lost"], level=logging.ERROR)
 
   async def _retry_held(self) -> None:
     """Held manifests, oldest first: into the spool if it takes them again, else straight to their store.
@@ -438,7 +464,7 @@ class ManifestWriter:
       self._retrying = False
     self.stats["held"] = len(self._held)
     if not self._held:
-      self._warned = {k for k in self._warned if not k.startswith("held:")}  # a later outage is reported again
+      self._log.forget("held:")  # a later outage is reported at once
 
   async def _retry_held_once(self) -> None:
     while self._held:
@@ -458,7 +484,7 @@ class ManifestWriter:
         self._adopt(path, h.task)
     while self._held:
       h = self._held[0]
-      if h.task is not None or self._dropped or self._pending(h.entry["store"]):
+      if h.task is not None or self._dropped or self._waiting(h.entry["store"]):
         break  # an earlier manifest's upload may still land: after it, in call order
       task = asyncio.ensure_future(self._store(h.service, h.entry, dedupe=True, blobs=h.blobs))
       done, _ = await asyncio.wait({task}, timeout=self.timeout)
@@ -664,7 +690,14 @@ class ManifestWriter:
     except OSError as e:
       report.errors.append(f"spool {self.spool.root} cannot be used: {type(e).__name__}: {e}")
       report.pending = len(self._pending(store))
+      if self._spool_unusable is None and report.pending:
+        self._warn("unusable", "the spool %s cannot be used (%s: %s): its %d manifests wait for it to be fixed (then "
+                   "`aether-frame flush`); new manifests go straight to the artifact store meanwhile, so their "
+                   "versions come before those", self.spool.root, type(e).__name__, e, report.pending,
+                   level=logging.ERROR)
+      self._spool_unusable = f"{type(e).__name__}: {e}"
       return report
+    self._spool_unusable = None
     with self.spool.lock() as mine:
       if not mine:
         report.pending = len(self.spool.pending(store))
@@ -704,6 +737,10 @@ class ManifestWriter:
             report.errors.append(f"{path.name}: no answer within {limit:g}s")
             break
           version = task.result()
+        except (SpoolEntryError, CorruptBlobError) as e:
+          # It can never be sent, and every entry after it would wait behind it for good.
+          report.errors.append(self._set_aside(path, e))
+          continue
         except Exception as e:
           report.errors.append(f"{path.name}: {type(e).__name__}: {e}")
           break
@@ -718,11 +755,19 @@ class ManifestWriter:
         self.spool.collect()
     return report
 
+  def _set_aside(self, path: Path, error: Exception) -> str:
+    """Moves a damaged entry out of the flush's way; says where, in the log and the report."""
+    try:
+      moved = self.spool.set_aside(path)
+    except OSError as e:
+      raise OSError(f"{path}: damaged ({error}), and it could not be moved aside: {e}") from e
+    logger.error("spool entry %s is damaged and can never be sent (%s); moved to %s, the entries after it are "
+                 "flushed", path.name, error, moved)
+    return f"{path.name}: damaged ({type(error).__name__}: {error}); moved to {moved}"
+
   def _warn(self, key: str, msg: str, *args, level: int = logging.WARNING) -> None:
-    if key in self._warned:
-      return
-    self._warned.add(key)
-    logger.log(level, msg, *args)
+    """Logs now, then at most every 10 minutes while ``key``'s condition recurs (``log_limit``)."""
+    self._log.log(key, level, msg, *args)
 
 
 class CorruptBlobError(AetherFrameError, ValueError):

@@ -56,6 +56,7 @@ from ..core.policy import PRESETS, OverflowPolicy, PackPolicy, ToolScoping
 from ..core.rank import HistoryIndex, Ranker, ScanHistoryIndex
 from ..core.render import INTERPRETATION_CONTRACT
 from ..core.windows import ModelWindows, UnknownModelWindow
+from ..log_limit import RateLimitedLog
 from ..tokenizers import get_counter
 from . import artifact_listing, preload_memory, sources
 from .guard import check_request, pending_calls, pending_labels
@@ -91,8 +92,6 @@ try:  # ADK's model that fails over to backups (experimental in 2.x)
   from google.adk.models._fallback_model import FallbackModel as _FallbackModel
 except ImportError:  # pragma: no cover - an ADK without it
   _FallbackModel = None
-
-_MAX_LOG_KEYS = 1000
 
 logger = logging.getLogger(__name__)
 _tracer = trace.get_tracer("aether_frame")
@@ -368,7 +367,7 @@ class ContextPackPlugin(BasePlugin):
     self._guard = threading.Lock()
     """Guards ``_busy``, ``_owned``, ``_sessions`` and the small tables against other threads' loops
     (never held across an await, never taken twice)."""
-    self._logged: OrderedDict[str, None] = OrderedDict()
+    self._logged = RateLimitedLog(logger)
     self._fault_injector = _fault_injector
     self._listings: OrderedDict[tuple, Optional[artifact_listing.ListingEdit]] = OrderedDict()
     self._allowed = _ByObject()
@@ -1239,16 +1238,9 @@ class ContextPackPlugin(BasePlugin):
       pass
 
   def _log_once(self, key: str, level: int, msg: str, *args, exc_info=None) -> None:
-    """Logs ``key``'s message once; the most recent 1,000 keys are remembered, so a
-    long-lived plugin neither grows without bound nor repeats a warning every call."""
-    with self._guard:  # (threads: sync Runner.run)
-      if key in self._logged:
-        self._logged.move_to_end(key)
-        return
-      self._logged[key] = None
-      if len(self._logged) > _MAX_LOG_KEYS:
-        self._logged.popitem(last=False)
-    logger.log(level, msg, *args, exc_info=exc_info)
+    """Logs ``key``'s message now, then at most every 10 minutes while it recurs
+    (``log_limit``): a condition met on every call neither floods the log nor goes quiet for good."""
+    self._logged.log(key, level, msg, *args, exc_info=exc_info)
 
 
 def _task_input_position(ctx, contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> set[int]:

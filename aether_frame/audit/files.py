@@ -24,6 +24,8 @@ def write_atomic(path: Path, data: bytes) -> None:
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
+    tmp = None
+    _sync_folder(path.parent)  # the rename itself survives a power loss only once its folder is on disk
   except BaseException as e:
     if tmp is not None:
       with contextlib.suppress(OSError):
@@ -31,3 +33,17 @@ def write_atomic(path: Path, data: bytes) -> None:
     if isinstance(e, OSError):
       raise OSError(e.errno, e.strerror or str(e), str(path)) from e
     raise
+
+
+def _sync_folder(folder: Path) -> None:
+  """fsyncs a folder's entry list (POSIX); a platform that cannot open folders (Windows) skips it."""
+  try:
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError:  # some file systems refuse fsync on a folder: the rename still happened
+    pass
+  finally:
+    os.close(fd)

@@ -29,6 +29,8 @@ from .files import write_atomic
 SPOOL_SCHEMA = "aether-frame/spool@1"
 SPOOL_ENV = "AETHER_FRAME_SPOOL_DIR"
 BLOB_DIR = "blobs"
+DAMAGED_DIR = "damaged"
+"""Where a flush moves entries that can never be sent (not JSON, a blob that does not hash to its key)."""
 BLOB_GRACE_S = 3600.0
 """A blob no entry references is deleted only this long after its last write:
 an agent may be adding the entry that references it at the same moment."""
@@ -195,6 +197,14 @@ class Spool:
       return paths
     tag = f"-{store_tag(store)}-"
     return [p for p in paths if tag in p.name]
+
+  def set_aside(self, path: Path) -> Path:
+    """Moves a damaged entry into ``damaged/``, kept for a look, out of the flush's way."""
+    aside = self.root / DAMAGED_DIR
+    aside.mkdir(parents=True, exist_ok=True)
+    target = aside / path.name
+    os.replace(path, target)
+    return target
 
   @staticmethod
   def remove(path: Path) -> None:

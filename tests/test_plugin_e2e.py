@@ -280,8 +280,12 @@ async def test_fault_in_the_compiler_fails_open_and_is_recorded(tmp_path):
   assert INTERPRETATION_CONTRACT not in (sent.config.system_instruction or "")
   assert _decl_names(sent) == _decl_names(base)
   state = await _state(runner, session.id)
-  assert state["aether_frame:last_fault"] == {"error": "RuntimeError", "message": "injected compiler fault", "count": 1,
-                                                    "outcome": "request sent unmodified"}
+  fault = state["aether_frame:last_fault"]
+  assert {k: fault[k] for k in ("error", "message", "count", "outcome", "callback", "agent")} == {
+      "error": "RuntimeError", "message": "injected compiler fault", "count": 1,
+      "outcome": "request sent unmodified", "callback": "before_model", "agent": ag.name}
+  assert fault["invocation_id"] == events[0].invocation_id and fault["at"] > 0
+  assert "test_plugin_e2e.py:" in fault["raised_at"]  # the line that raised (here, the injector)
   assert "aether_frame:last_pack" not in state
   assert plugin.faults == 1
   assert await runner.artifact_service.list_artifact_keys(app_name=runner.app_name, user_id=USER, session_id=session.id) == []

@@ -123,8 +123,9 @@ async def test_a_repeated_fault_logs_once_per_plugin_but_is_recorded_every_call(
   assert _fault_logs(caplog)[0].exc_info is not None
   state = await _state(runner, s.id)
   assert plugin.faults == 3
-  assert state[LAST_FAULT_KEY] == {"error": "ValueError", "message": "request is 1003 tokens", "count": 3,
-                                   "outcome": "request sent unmodified"}
+  fault = state[LAST_FAULT_KEY]
+  assert (fault["error"], fault["message"], fault["count"], fault["outcome"]) == (
+      "ValueError", "request is 1003 tokens", 3, "request sent unmodified")
   assert [payload_of(r) for r in model.received] == ["turn 0", "turn 1", "turn 2"]
 
   # Another plugin instance logs its own first fault.
@@ -213,3 +214,61 @@ async def test_a_fault_after_the_rewrite_sends_the_request_as_it_came(monkeypatc
   monkeypatch.undo()
   await say(runner, session.id, "third turn")
   assert payload_of(model.received[-1]).startswith("CONTEXT PACK") and plugin.faults == 1
+
+
+def _span_exporter():
+  """An in-memory exporter on the process's SDK tracer provider (set here when none is)."""
+  from opentelemetry import trace
+  from opentelemetry.sdk.trace import TracerProvider
+  from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+  from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+  provider = trace.get_tracer_provider()
+  if not isinstance(provider, TracerProvider):
+    trace.set_tracer_provider(TracerProvider())
+    provider = trace.get_tracer_provider()
+  exporter = InMemorySpanExporter()
+  provider.add_span_processor(SimpleSpanProcessor(exporter))
+  return exporter
+
+
+async def test_a_fault_before_the_compile_shows_on_the_span_and_the_record_says_whose_it_is(caplog):
+  """The span wrapped the compile alone: a fault reading the request, in the rewrite or
+  the manifest write left no span, or one with no error. The log line and the state
+  record named no agent, session or invocation, and could not be ordered with last_pack."""
+  from opentelemetry.trace import StatusCode
+
+  exporter = _span_exporter()
+  calls = {"n": 0}
+
+  def boom_on_second():
+    calls["n"] += 1
+    if calls["n"] == 2:
+      raise RuntimeError("injected before the compile")
+
+  caplog.set_level(logging.INFO, logger=PLUGIN_LOGGER)
+  ag, model = agent(model=OfflineLlm(default="ok"))
+  plugin = ContextPackPlugin(window=8192, _fault_injector=boom_on_second)
+  runner = make_runner(ag, [plugin])
+  s = await new_session(runner)
+  first = await say(runner, s.id, "turn 0")
+  second = await say(runner, s.id, "turn 1")
+  spans = [sp for sp in exporter.get_finished_spans() if sp.name == "aether_frame.compile"]
+  assert len(spans) == 2
+  ok, bad = spans
+  assert ok.status.status_code is not StatusCode.ERROR and ok.attributes["aether_frame.task.used"] > 0
+  assert ok.attributes["aether_frame.pack_id"].startswith("pack_") and ok.attributes["aether_frame.agent"] == ag.name
+  assert bad.status.status_code is StatusCode.ERROR
+  assert bad.attributes["aether_frame.fault"] == "RuntimeError"
+  assert bad.attributes["aether_frame.outcome"] == "request sent unmodified"
+  assert [e.name for e in bad.events] == ["exception"]
+  logged = _fault_logs(caplog)[0].getMessage()
+  assert f"agent {ag.name}" in logged and s.id in logged and second[0].invocation_id in logged
+  state = await _state(runner, s.id)
+  assert state[LAST_PACK_KEY]["invocation_id"] == first[0].invocation_id
+  assert state[LAST_FAULT_KEY]["invocation_id"] == second[0].invocation_id and state[LAST_FAULT_KEY]["count"] == 1
+  # The count is this session's: another session's faults are not in it.
+  s2 = await new_session(runner)
+  calls["n"] = 1
+  await say(runner, s2.id, "other")
+  assert (await _state(runner, s2.id))[LAST_FAULT_KEY]["count"] == 1 and plugin.faults == 2

@@ -144,3 +144,30 @@ def test_local_embedder_runs_offline(monkeypatch):
   assert len(a) == 384
   cos = lambda x, y: sum(p * q for p, q in zip(x, y))  # noqa: E731
   assert cos(a, b) > cos(a, c)
+
+
+async def test_an_embedder_outage_is_one_log_line_for_all_sessions_and_named_in_each_manifest(caplog):
+  """Each session's ranker (``child()``) warned on its own: 20 sessions in an outage,
+  20 warnings. And the manifests did not say their ranking fell back to lexical."""
+  import logging
+
+  from aether_frame.adk.plugin import ContextPackPlugin
+  from tests.adk_support import agent, make_runner, manifests, new_session, say
+
+  embedder = HashingEmbedder(fail=True)
+  plugin = ContextPackPlugin(window=8192, ranker=HybridRanker(embedder=embedder))
+  ag, _ = agent()
+  runner = make_runner(ag, [plugin])
+  with caplog.at_level(logging.WARNING, logger="aether_frame.retrieval.ranker"):
+    knowledge = [{"uri": f"artifact://note{i}.md", "summary": f"Note {i} about puppies and dogs."} for i in range(3)]
+    sessions = [await new_session(runner, state={"knowledge": knowledge}) for _ in range(5)]
+    for s in sessions:
+      await say(runner, s.id, "tell me about puppies")
+  warned = [r for r in caplog.records if "embedder test:hashing failed" in r.getMessage()]
+  assert len(warned) == 1 and plugin.faults == 0
+  for s in sessions:
+    (doc,) = await manifests(runner, s.id)
+    assert "offline" in doc["runtime"]["embedder_failed"]
+  embedder.fail = False  # back: the next call's manifest says nothing of it
+  await say(runner, sessions[0].id, "and about dogs")
+  assert "embedder_failed" not in (await manifests(runner, sessions[0].id))[-1]["runtime"]

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Optional, S
 from google.genai import types
 from opentelemetry import trace
 
+from ..audit.terminal import shown
 from ..calibration import Calibrator
 from ..core.allocator import ContextBudgetExhausted
 from ..core.compiler import CallInputs, CompiledPack, CompilerSession
@@ -420,25 +421,31 @@ class ContextPackPlugin(BasePlugin):
       return None
     original = (llm_request.contents, llm_request.config, llm_request.tools_dict,
                 getattr(llm_request, "cacheable_contents_token_count", None))
-    try:
-      # A request sent unmodified is not estimated, so nothing of an earlier
-      # call may be left for after_model to compare it with.
-      key = self._key(callback_context)
-      async with self._serial(key) as shared:
-        # A call that is not packed leaves no mask of an earlier call in force.
-        self._allowed.pop(_invocation_of(callback_context), key)
-        self._calls.pop(id(callback_context.actions), None)
-        if not _over_call_limit(callback_context):
-          await self._compile_into(callback_context, llm_request, started, shared=shared)
-          if llm_request.contents is not original[0]:
-            _PACKED.put(llm_request, (), self)
-    except ContextBudgetExhausted as e:
-      if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
-        raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e
-      self._record_fault(callback_context, e, "before_model")
-    except Exception as e:  # fail-open: never abort the user's run
-      self._put_back(callback_context, llm_request, original)
-      self._record_fault(callback_context, e, "before_model")
+    # One span for all of it (read, compile, rewrite, guard, manifest): a fault
+    # anywhere shows on it, with what became of the request.
+    with _tracer.start_as_current_span("aether_frame.compile", record_exception=False,
+                                       set_status_on_exception=False) as span:
+      span.set_attribute("aether_frame.agent", callback_context.agent_name)
+      try:
+        # A request sent unmodified is not estimated, so nothing of an earlier
+        # call may be left for after_model to compare it with.
+        key = self._key(callback_context)
+        async with self._serial(key) as shared:
+          # A call that is not packed leaves no mask of an earlier call in force.
+          self._allowed.pop(_invocation_of(callback_context), key)
+          self._calls.pop(id(callback_context.actions), None)
+          if not _over_call_limit(callback_context):
+            await self._compile_into(callback_context, llm_request, started, shared=shared)
+            if llm_request.contents is not original[0]:
+              _PACKED.put(llm_request, (), self)
+      except ContextBudgetExhausted as e:
+        if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
+          _span_fault(span, e, "run stopped (overflow policy fail_loud)")
+          raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e
+        _span_fault(span, e, self._record_fault(callback_context, e, "before_model"))
+      except Exception as e:  # fail-open: never abort the user's run
+        self._put_back(callback_context, llm_request, original)
+        _span_fault(span, e, self._record_fault(callback_context, e, "before_model"))
     return None
 
   def _put_back(self, ctx, llm_request, original: tuple) -> None:
@@ -958,12 +965,12 @@ class ContextPackPlugin(BasePlugin):
         meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model,
               **({"lane": steps_lane} if steps_lane != "|" else {})},
     )
-    with _tracer.start_as_current_span("aether_frame.compile") as span:
-      pack = cache.compiler.compile(call)
-      for name, layer in pack.manifest["layers"].items():
-        span.set_attribute(f"aether_frame.{name}.used", layer["used"])
-        span.set_attribute(f"aether_frame.{name}.budget", layer["budget"])
-      span.set_attribute("aether_frame.pack_id", pack.manifest["pack_id"])
+    pack = cache.compiler.compile(call)
+    span = trace.get_current_span()  # ``aether_frame.compile``, opened by ``_before_model``
+    for name, layer in pack.manifest["layers"].items():
+      span.set_attribute(f"aether_frame.{name}.used", layer["used"])
+      span.set_attribute(f"aether_frame.{name}.budget", layer["budget"])
+    span.set_attribute("aether_frame.pack_id", pack.manifest["pack_id"])
 
     # REWRITE: build everything first, then assign (a fault after that puts the request back:
     # ``_put_back``).
@@ -1015,6 +1022,9 @@ class ContextPackPlugin(BasePlugin):
       runtime["state_rejected"] = read.rejected
     if source_errors:  # packed without them; not a fault of the pack
       runtime["sources_failed"] = source_errors
+    embedder_error = getattr(cache.compiler.ranker, "embedder_error", None)
+    if isinstance(embedder_error, str):  # this call's ranking fell back to lexical
+      runtime["embedder_failed"] = embedder_error
     if preload_notes:
       runtime["preload_memory"] = _preload_outcome(preload_notes, {i.id for i in memory_hits}, pack.manifest)
     if restored is not None:  # the request carries a user turn ADK's contents did not
@@ -1029,7 +1039,7 @@ class ContextPackPlugin(BasePlugin):
     self._fit_caches(ctx, cache)  # after the compile and the write: what they memoised counts too
     pointer = {
         "pack_id": pack.manifest["pack_id"], "version": version, "tokens": estimate,
-        "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid,
+        "input_sha256": pack.manifest["input_sha256"], "valid": pack.valid, "invocation_id": ctx.invocation_id,
     }
     state[LAST_PACK_KEY] = pointer
     if undo is not None:
@@ -1215,8 +1225,9 @@ class ContextPackPlugin(BasePlugin):
     return build
 
   # ------------------------------------------------------------------- faults
-  def _record_fault(self, ctx, error: Exception, callback: str, outcome: Optional[str] = None) -> None:
-    """Records every fault; logs each kind once, by type and where it was raised.
+  def _record_fault(self, ctx, error: Exception, callback: str, outcome: Optional[str] = None) -> str:
+    """Records every fault in session state; logs each kind by type and where it was raised
+    (``_log_once``: now, then every 10 minutes while it recurs). Returns the outcome.
 
     Not by message: messages carry counts that change every call, and a
     fault that repeats on every call would log a traceback on every call.
@@ -1229,18 +1240,48 @@ class ContextPackPlugin(BasePlugin):
       outcome = "request sent unmodified" if callback == "before_model" else "response not used for calibration"
     # Each unknown model is named once (its message has no counts in it).
     which = f":{error}" if isinstance(error, UnknownModelWindow) else ""
+    agent, session, invocation = _whose(ctx)
     self._log_once(f"fault:{callback}:{type(error).__qualname__}:{where}{which}", logging.ERROR,
-                   "aether-frame fault in %s_callback; %s: %r", callback, outcome, error, exc_info=error)
+                   "aether-frame fault in %s_callback (agent %s, session %s, invocation %s); %s: %r",
+                   callback, agent, session, invocation, outcome, error, exc_info=error)
     try:
-      ctx.state[LAST_FAULT_KEY] = {"error": type(error).__name__, "message": str(error)[:500], "count": self.faults,
-                                   "outcome": outcome}
+      earlier = ctx.state.get(LAST_FAULT_KEY)
+      count = earlier.get("count") if isinstance(earlier, dict) else None
+      ctx.state[LAST_FAULT_KEY] = {
+          "error": type(error).__name__, "message": str(error)[:500],
+          "count": (count if isinstance(count, int) and not isinstance(count, bool) else 0) + 1,
+          "outcome": outcome, "callback": callback, "agent": ctx.agent_name, "invocation_id": ctx.invocation_id,
+          "at": round(time.time(), 3), "raised_at": _short_location(where),
+      }
     except Exception:  # the state itself may be what failed
       pass
+    return outcome
 
   def _log_once(self, key: str, level: int, msg: str, *args, exc_info=None) -> None:
     """Logs ``key``'s message now, then at most every 10 minutes while it recurs
     (``log_limit``): a condition met on every call neither floods the log nor goes quiet for good."""
     self._logged.log(key, level, msg, *args, exc_info=exc_info)
+
+
+def _whose(ctx) -> tuple[str, str, str]:
+  """(agent, session id, invocation id) of a callback context, printable in one log line."""
+  try:
+    return shown(ctx.agent_name), shown(ctx.session.id), shown(ctx.invocation_id)
+  except Exception:  # a fault report must not fault
+    return "?", "?", "?"
+
+
+def _short_location(where: str) -> str:
+  """``file:line`` from the package on (``aether_frame/core/compiler.py:512``), else as it is."""
+  at = where.replace("\\", "/").rfind("/aether_frame/")
+  return where[at + 1:] if at >= 0 else where
+
+
+def _span_fault(span: Any, error: Exception, outcome: str) -> None:
+  span.record_exception(error)
+  span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(error).__name__}: {outcome}"))
+  span.set_attribute("aether_frame.fault", type(error).__name__)
+  span.set_attribute("aether_frame.outcome", outcome)
 
 
 def _task_input_position(ctx, contents: list[types.Content], event_fps: Mapping[str, Any], taken: set[int]) -> set[int]:

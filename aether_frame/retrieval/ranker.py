@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any, Callable, Optional, Sequence
 
 from aether_frame.core.items import Item, Layer
+from aether_frame.log_limit import RateLimitedLog
 
 from .dedup import PrefixPool, near_duplicate_features, pair_candidates, prefix_length
 from .decay import freshness_of
@@ -107,6 +108,9 @@ class HybridRanker:
     self._last_matrix: Any = None
     self.last_mode: Optional[str] = None
     self.embedder_error: Optional[str] = None
+    """Why the embedder failed on the last ranking, when it did (that ranking was lexical)."""
+    self._log = RateLimitedLog(logger)
+    """Shared with ``child()`` rankers: an outage is one line, not one per session."""
 
   # -- public ---------------------------------------------------------------
 
@@ -127,6 +131,7 @@ class HybridRanker:
     twin._vectors = self._vectors
     twin._features = self._features
     twin._queries = self._queries
+    twin._log = self._log
     return twin
 
   def new_history_index(self) -> RecallIndex:
@@ -359,10 +364,11 @@ class HybridRanker:
         for i, v in zip(missing, vecs):
           self._rows[keys[i]] = v
     except Exception as e:  # an offline Gemini must not take the pack down
-      if self.embedder_error is None:
-        logger.warning("aether-frame: embedder %s failed (%s); ranking lexically", self.embedder.name, e)
-      self.embedder_error = f"{type(e).__name__}: {e}"
+      self._log.log("embedder", logging.WARNING, "aether-frame: embedder %s failed (%r); ranking lexically",
+                    self.embedder.name, e)
+      self.embedder_error = f"{type(e).__name__}: {e}"[:500]
       return None
+    self.embedder_error = None
     if len(self._rows) > 4 * len(keys) + 10_000:  # forget rows of items long gone
       live = set(keys)
       self._rows = {k: v for k, v in self._rows.items() if k in live}

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Calibrator", "DEFAULT_ALPHA", "DEFAULT_ALPHA_UP", "MIN_RATIO", "MAX_RATIO"]
+__all__ = ["Calibrator", "DEFAULT_ALPHA", "DEFAULT_ALPHA_UP", "MIN_RATIO", "MAX_RATIO", "describe_scale"]
 
 DEFAULT_ALPHA = 0.3
 DEFAULT_ALPHA_UP = 1.0
@@ -251,3 +251,21 @@ class Calibrator:
 
   def __repr__(self) -> str:
     return f"Calibrator(alpha={self.alpha}, models={self.models()})"
+
+
+def describe_scale(token_scale: Any, snapshot: Any) -> str:
+  """What a manifest's ``token_scale`` is made of, for the budget tables.
+
+  The scale is the learned ratio (the provider's count over ours) times
+  ``1 + calibration_margin``: the margin applies on every call, so a scale of
+  1.05 with no sample yet is the margin alone, not a measured 5%.
+  """
+  scale = f"{token_scale:.3f}x" if isinstance(token_scale, (int, float)) else "?"
+  snap = snapshot if isinstance(snapshot, Mapping) else {}
+  ratio, samples = snap.get("ratio"), snap.get("samples")
+  if not isinstance(samples, int) or not isinstance(ratio, (int, float)):
+    return f"held back: our count scaled {scale} (learned ratio and safety margin)"
+  if samples == 0:
+    return f"held back: our count scaled {scale}, the safety margin alone (no provider count yet)"
+  return (f"held back: our count scaled {scale}: the provider counts {ratio:.3f}x ours "
+          f"({samples} sample{'s' if samples != 1 else ''}), plus the safety margin")

@@ -28,6 +28,7 @@ from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
 from .adk import manifest_store
+from .calibration import describe_scale
 from .adk.manifest_store import MANIFEST_FILENAME, ManifestWriter
 from .adk.plugin import ContextPackPlugin
 from .adk.state_schema import LAST_FAULT_KEY
@@ -330,7 +331,8 @@ def format_table(doc: dict[str, Any]) -> str:
   # usable = floor((window - reserve) / token_scale): what the calibration holds back
   # because the provider counts more tokens than our tokenizer does.
   margin = doc["window"] - doc["reserve"] - doc["usable"]
-  rows.append(f"{'calibration':<17}{margin:>8}{'':>8}{'':>8}{'':>9}  provider counts {doc['token_scale']:.3f}x ours")
+  note = describe_scale(doc["token_scale"], (doc.get("runtime") or {}).get("calibration"))
+  rows.append(f"{'calibration':<17}{margin:>8}{'':>8}{'':>8}{'':>9}  {note}")
   rows.append(f"{'= window':<17}{doc['window']:>8}")
   return "\n".join(rows)
 

@@ -61,3 +61,28 @@ async def test_a_second_worker_uses_the_sessions_calibration():
   assert learned != 1.0 and second["token_scale"] == round(max(learned, 1.0) * 1.05, 6)
   assert session.state[CALIBRATION_KEY]["models"]["offline-model"]["samples"] == 4
   assert second["token_scale"] >= first["token_scale"]
+
+
+async def test_inspect_and_the_demo_table_say_what_the_calibration_row_holds_back(tmp_path, capsys):
+  """The row said 'the provider counts 1.050x ours' when no count had come back yet: the
+  1.05 was the safety margin, which applies on every call, not a measured ratio."""
+  import asyncio
+
+  from google.adk.artifacts import FileArtifactService
+
+  from aether_frame import cli
+  from aether_frame.demo import format_table
+  ag, _ = agent(model=OfflineLlm(default="ok"))
+  runner = make_runner(ag, [ContextPackPlugin(window=8192)], artifact_service=FileArtifactService(root_dir=str(tmp_path)))
+  s = await new_session(runner)
+  for text in ("hi", "again"):
+    await say(runner, s.id, text)
+  first, second = await manifests(runner, s.id)
+  assert first["runtime"]["calibration"]["samples"] == 0 and second["runtime"]["calibration"]["samples"] == 1
+  assert "the safety margin alone (no provider count yet)" in format_table(first)
+  ratio = second["runtime"]["calibration"]["ratio"]
+  assert f"the provider counts {ratio:.3f}x ours (1 sample), plus the safety margin" in format_table(second)
+  for version, expected in ((0, "margin alone"), (1, f"counts {ratio:.3f}x ours (1 sample)")):
+    assert await asyncio.to_thread(cli.main, ["inspect", f"{tmp_path}@{version}"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("calibration"))
+    assert expected in row, row

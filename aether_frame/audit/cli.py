@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from ..calibration import describe_scale
 from .terminal import shown
 
 EXIT_OK, EXIT_DIFF, EXIT_REFUSED = 0, 1, 2
@@ -503,9 +504,9 @@ async def _inspect_async(args) -> int:
     print(f"{'slack':<14}{slack:>8}  reserved for the reply")
   window, reserve = doc.get("window"), doc.get("reserve")
   if isinstance(window, int) and isinstance(reserve, int) and window - reserve != usable:
-    scale = doc.get("token_scale")  # usable = (window - reserve) / token_scale
-    print(f"{'calibration':<14}{window - reserve - usable:>8}  held back: the provider counts "
-          f"{f'{scale:.3f}x' if isinstance(scale, (int, float)) else 'more than'} ours")
+    # usable = (window - reserve) / token_scale
+    note = describe_scale(doc.get("token_scale"), (doc.get("runtime") or {}).get("calibration"))
+    print(f"{'calibration':<14}{window - reserve - usable:>8}  {note}")
   print(f"{'= window':<14}{window!s:>8}")
   events = doc.get("truncation_events") or []
   if events:

@@ -375,3 +375,30 @@ def test_a_loop_whose_window_holds_few_more_steps_than_recent_turns_trims_in_chu
     for req in model.received:
       fits(req, 1500, 0)
   asyncio.run(go())
+
+
+def test_inspect_says_the_budget_line_leaves_out_the_invocations_steps(tmp_path, capsys):
+  """inspect printed 'total 1192 (93% of usable; BUDGET line said 15%)' with nothing to say the
+  BUDGET line counts the pack and the history before it, not the steps after the pack."""
+  from aether_frame import cli
+
+  def lookup(q: str) -> dict:
+    """Looks a thing up."""
+    return {"q": q, "answer": "forty two " * 200}
+
+  async def go():
+    model = OfflineLlm(script=[tool_call("lookup", {"q": "x"}), "Done."])
+    ag = LlmAgent(name="a", model=model, tools=[lookup])
+    runner = make_runner(ag, [ContextPackPlugin(window=WINDOW)], artifact_service=FileArtifactService(str(tmp_path)))
+    s = await new_session(runner)
+    await say(runner, s.id, "Look it up.")
+    return await manifests(runner, s.id)
+
+  first, second = asyncio.run(go())
+  assert not first["tail"]["inflight_ids"] and second["tail"]["inflight_ids"]
+  rows = []
+  for version in (0, 1):
+    assert cli.main(["inspect", f"{tmp_path}@{version}"]) == 0
+    rows.append(next(ln for ln in capsys.readouterr().out.splitlines() if "BUDGET line said" in ln))
+  assert "before this invocation's steps" not in rows[0]
+  assert f"BUDGET line said {second['totals']['pct_used']}%, before this invocation's steps)" in rows[1]

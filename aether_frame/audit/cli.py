@@ -488,8 +488,10 @@ async def _inspect_async(args) -> int:
         f"tokenizer {shown(tok.get('name'))}")
   tokens, usable = totals.get("tokens") or 0, doc.get("usable") or 0
   share = f"{round(100 * tokens / usable)}% of usable" if usable else "no usable window"
+  # The BUDGET line leaves out this invocation's steps: the pack stays the same across them.
+  steps = ", before this invocation's steps" if (doc.get("tail") or {}).get("inflight_ids") else ""
   print(f"window {doc.get('window')}  reserve {doc.get('reserve')}  usable {usable}  "
-        f"total {tokens} ({share}; BUDGET line said {totals.get('pct_used')}%)  valid {doc.get('valid')}")
+        f"total {tokens} ({share}; BUDGET line said {totals.get('pct_used')}%{steps})  valid {doc.get('valid')}")
   print()
   print(f"{'layer':<14}{'budget':>8}{'+unused':>8}{'used':>8}{'dropped':>9}{'tokens':>8}")
   slack = None

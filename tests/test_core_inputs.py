@@ -296,3 +296,35 @@ def test_a_role_other_than_user_or_model_is_refused_by_name(role):
   with pytest.raises(ValidationError, match=r"role\n  Input should be 'user' or 'model'"):
     Item(id="h0", layer=Layer.CONVERSATION, role=role, text="hi")
   assert Item(id="h1", layer=Layer.CONVERSATION, role="model", text="ok").role == "model"
+
+
+def _nested_lists(depth: int, leaf: object) -> object:
+  value = leaf
+  for _ in range(depth):
+    value = [value]
+  return value
+
+
+@pytest.mark.parametrize("depth", [950, 1200, 3000])
+def test_nesting_past_the_cap_is_refused_on_every_python(depth):
+  """json's own depth limit moved (~1,000 levels on 3.11, ~1,500 on 3.12, ~10,000 on 3.13):
+  data one Python took, another refused, and on 3.12+ a history group between the two
+  limits then hit a bare RecursionError in the media count, after the session had changed."""
+  group = Item(id="h0", layer=Layer.CONVERSATION, role="user",
+               parts=[{"function_response": {"id": "c", "name": "f", "response": {"x": _nested(depth)}}}])
+  session = CompilerSession(PackPolicy(), COUNTER)
+  with pytest.raises(ValueError, match=r"item 'h0': parts are nested too deeply to read as JSON \(over 900 levels\)"):
+    session.extend_history([group])
+  assert session.history_ids() == []  # all or nothing
+  with pytest.raises(ValueError, match=r"item 'memory:0': meta is not JSON data \(nested deeper than 900 levels\)"):
+    _pack([*_base(), Item(id="memory:0", layer=Layer.MEMORY, text="m", meta={"x": _nested(depth)})], window=100_000)
+
+
+def test_deep_lists_under_the_cap_are_read_and_their_media_counted():
+  """Lists 700 deep: under the cap, but the recursive media count used two stack frames a level."""
+  media = {"inline_data": {"mime_type": "image/png", "data": "QUJD" * 10}}
+  group = Item(id="h0", layer=Layer.CONVERSATION, role="user",
+               parts=[{"function_response": {"id": "c", "name": "f", "response": {"x": _nested_lists(700, media)}}}])
+  session = CompilerSession(PackPolicy(), COUNTER)
+  session.extend_history([group])
+  assert session.history_ids() == ["h0"] and session.media_chars == 40

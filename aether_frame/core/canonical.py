@@ -49,6 +49,35 @@ def _escape(text: str) -> str:
   return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
 
 
+MAX_DEPTH = 900
+"""Deepest nesting of free-form JSON (parts, meta) accepted, on every Python: ``json``'s own
+limit went from ~1,000 levels (3.11) to ~1,500 (3.12) and ~10,000 (3.13), so data one
+version took another refused, and a pack recorded on one could not be replayed on another."""
+
+
+class NestedTooDeep(RecursionError):
+  """Free-form JSON nested deeper than ``MAX_DEPTH`` (caught where ``json``'s RecursionError is)."""
+
+
+def check_depth(value: Any, limit: int = MAX_DEPTH) -> None:
+  """Raises ``NestedTooDeep`` past ``limit`` levels of dicts and lists; iterative, so any depth is safe."""
+  stack = [(value, 1)]
+  pop, push = stack.pop, stack.append
+  while stack:
+    node, depth = pop()
+    if depth > limit:
+      raise NestedTooDeep(f"nested deeper than {limit} levels")
+    if isinstance(node, dict):
+      children = node.values()
+    elif isinstance(node, (list, tuple)):
+      children = node
+    else:
+      continue
+    for child in children:
+      if isinstance(child, (dict, list, tuple)):
+        push((child, depth + 1))
+
+
 def canonical_parts_json(parts: Any) -> str:
   """``canonical_json(parts)`` for a list of Part dicts, byte-identical.
 
@@ -57,12 +86,14 @@ def canonical_parts_json(parts: Any) -> str:
   group is hashed this way, and the general encoder is 3x slower.
   """
   if not isinstance(parts, (list, tuple)):
+    check_depth(parts)
     return canonical_json(parts)
   pieces = []
   for part in parts:
     if type(part) is dict and len(part) == 1 and type(part.get("text")) is str:
       pieces.append('{"text":' + _json_string(part["text"]) + "}")
     else:
+      check_depth(part, MAX_DEPTH - 1)
       pieces.append(canonical_json(part))
   return "[" + ",".join(pieces) + "]"
 

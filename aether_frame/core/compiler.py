@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import render
 from .allocator import Allocation, ContextBudgetExhausted, allocate, reserve_for
-from .canonical import canonical_json, canonical_parts_json, chain_step, digest, sha256_hex
+from .canonical import MAX_DEPTH, canonical_json, canonical_parts_json, chain_step, check_depth, digest, sha256_hex
 from .compress import extractive_summary, split_sentences, trim_tool_examples
 from .costing import MESSAGE_OVERHEAD, TokenCounter, count_parts, count_parts_many
 from .items import FINISHED_STEP, MAX_TIMESTAMP, MAX_TOKENS, MIN_TIMESTAMP, PLACED_BEFORE_REQUEST, PLACED_FIRST, PLACEMENT, Item, Layer
@@ -124,19 +124,25 @@ HISTORY_BYTES_PER_TOKEN = 100
 
 
 def _inline_chars(value: Any) -> int:
-  """Characters of the inline media payloads in part dicts (tool results' parts too)."""
-  if isinstance(value, dict):
-    n = 0
-    for k, v in value.items():
-      if k == "inline_data" and isinstance(v, dict):
-        data = v.get("data")
-        n += len(data) if isinstance(data, (str, bytes)) else 0
-      elif isinstance(v, (dict, list)):
-        n += _inline_chars(v)
-    return n
-  if isinstance(value, list):
-    return sum(_inline_chars(v) for v in value if isinstance(v, (dict, list)))
-  return 0
+  """Characters of the inline media payloads in part dicts (tool results' parts too).
+
+  Iterative: a part nested deeper than the Python recursion limit (which json's C
+  encoder no longer shares on 3.12+) must not raise a bare RecursionError here.
+  """
+  n = 0
+  stack = [value]
+  while stack:
+    node = stack.pop()
+    if isinstance(node, dict):
+      for k, v in node.items():
+        if k == "inline_data" and isinstance(v, dict):
+          data = v.get("data")
+          n += len(data) if isinstance(data, (str, bytes)) else 0
+        elif isinstance(v, (dict, list)):
+          stack.append(v)
+    elif isinstance(node, list):
+      stack.extend(v for v in node if isinstance(v, (dict, list)))
+  return n
 _LAYER_NAMES = {layer: layer.value for layer in Layer}
 
 
@@ -175,11 +181,11 @@ def _parts_problem(items: Sequence[Item], error: Exception) -> str:
     try:
       canonical_parts_json(it.parts)
     except RecursionError:
-      return f"item {it.id!r}: parts are nested too deeply to read as JSON"
+      return f"item {it.id!r}: parts are nested too deeply to read as JSON (over {MAX_DEPTH} levels)"
     except (TypeError, ValueError) as e:
       return f"item {it.id!r}: parts are not JSON data ({e})"
   if isinstance(error, RecursionError):
-    return "an item's parts are nested too deeply to read as JSON"
+    return f"an item's parts are nested too deeply to read as JSON (over {MAX_DEPTH} levels)"
   return f"an item's parts are not JSON data ({error})"
 
 
@@ -217,9 +223,13 @@ def _digest(item: Item) -> str:
   )
   try:
     tail = canonical_parts_json(item.parts) if item.parts is not None else "-"
-  except (TypeError, ValueError, RecursionError) as e:
+  except RecursionError:
+    raise ValueError(f"item {item.id!r}: parts are nested too deeply to read as JSON (over {MAX_DEPTH} levels)") from None
+  except (TypeError, ValueError) as e:
     raise ValueError(f"item {item.id!r}: parts are not JSON data ({e})") from None
   try:
+    if item.meta:
+      check_depth(item.meta)
     meta = canonical_json(item.meta) if item.meta else "{}"
   except (TypeError, ValueError, RecursionError) as e:
     raise ValueError(f"item {item.id!r}: meta is not JSON data ({e})") from None
@@ -372,14 +382,15 @@ class CompilerSession:
       fresh.add(group.id)
     costed = self._costed_messages(groups)
     digests = [_item_digest(g) for g in costed]
-    for group, d in zip(costed, digests):
+    media = [_inline_chars(g.parts) if g.parts else 0 for g in costed]
+    for group, d, m in zip(costed, digests, media):
       pos = len(self.history)
       self.history.append(group)
       self._pos[group.id] = pos
       self._ids.append(group.id)
       self._digests.append(d)
       self._cum.append(self._cum[-1] + group.tokens)
-      self._media.append(self._media[-1] + (_inline_chars(group.parts) if group.parts else 0))
+      self._media.append(self._media[-1] + m)
       self._chain.append(sha256_hex(self._chain[-1] + d))
       if group.pinned:
         self._pinned_groups.append(pos)

@@ -17,7 +17,7 @@ from google.genai import types
 from aether_frame.adk.manifest_store import BLOB_APP, MANIFEST_FILENAME, ManifestWriter
 from aether_frame.audit.replay import replay
 from aether_frame.audit.source import open_location
-from aether_frame.audit.spool import Spool, make_entry
+from aether_frame.audit.spool import DAMAGED_DIR, Spool, make_entry
 from aether_frame.cli import main
 from aether_frame.core import manifest as manifest_doc
 from tests.fixtures.audit_session import APP, USER, make_run, recording_writer, run_session, turns
@@ -97,7 +97,8 @@ def test_a_corrupt_spool_blob_is_refused_and_never_uploaded(tmp_path, capsys, da
   scope = dict(app_name=BLOB_APP, user_id=USER, session_id=APP)
   assert _run(svc.list_versions(**scope, filename=f"context_pack/blobs/{key}.json")) == []
   assert _run(svc.list_versions(app_name=APP, user_id=USER, session_id="s1", filename=MANIFEST_FILENAME)) == []
-  assert spool.pending() == [path]  # kept for the user to deal with
+  assert spool.pending() == [] and (spool.root / DAMAGED_DIR / path.name).exists()  # kept for a look, out of the way
+  assert f"moved to {spool.root / DAMAGED_DIR / path.name}" in out
 
 
 def test_the_writers_own_flush_refuses_a_corrupt_spool_blob(tmp_path):
@@ -110,7 +111,8 @@ def test_the_writers_own_flush_refuses_a_corrupt_spool_blob(tmp_path):
                               blob_app=BLOB_APP, manifest=manifest_doc.finalize({"x": 1}, {}), blobs={key: data}))
   (writer.spool.root / "blobs" / key).write_bytes(b"[1,2,4]")
   rep = _run(writer.flush(store))
-  assert (rep.flushed, rep.pending) == (0, 1) and key in rep.errors[0] and "corrupt" in rep.errors[0]
+  assert (rep.flushed, rep.pending) == (0, 0) and key in rep.errors[0] and "corrupt" in rep.errors[0]
+  assert "moved to" in rep.errors[0] and len(list((writer.spool.root / DAMAGED_DIR).iterdir())) == 1
 
 
 # ------------------------------------------------------------------- report

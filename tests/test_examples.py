@@ -22,7 +22,8 @@ def test_quickstart_runs_offline_and_sends_a_pack(tmp_path, capsys):
   )
   assert done.returncode == 0, done.stdout + done.stderr
   assert "fault" not in done.stderr, done.stderr
-  assert re.search(r"^last pack: \{'pack_id': 'pack_\w+', 'version': 1,.*'valid': True\}$", done.stdout, re.M), done.stdout
+  assert re.search(r"^last pack: \{'pack_id': 'pack_\w+', 'version': 1,.*'valid': True, 'invocation_id': 'e-[\w-]+'\}$",
+                   done.stdout, re.M), done.stdout
 
   hint = re.search(r"^inspect it: aether-frame inspect (\S+)$", done.stdout, re.M).group(1)
   assert cli.main(["inspect", str(tmp_path / hint)]) == 0

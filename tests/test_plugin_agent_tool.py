@@ -193,3 +193,22 @@ async def test_with_a_dedicated_manifest_store_an_agent_tool_childs_manifests_jo
   assert [r.session for r in refs] == [s.id], refs
   reports = await replay(open_location(str(tmp_path / "manifests")))
   assert [r.status for r in reports] == ["identical"] * 6
+
+
+async def test_an_agent_tool_child_and_an_untrimmed_agent_leave_no_cut_keys_in_the_callers_state():
+  """The child runs in a throwaway session whose state deltas ADK forwards to the caller's:
+  ``aether_frame:tail:researcher`` (None: no cut) landed in the caller's session for good,
+  beside the caller's own None key."""
+  child = LlmAgent(name="researcher", model=OfflineLlm(default="facts"), description="Looks up facts")
+  root_model = OfflineLlm(script=[tool_call("researcher", {"request": "x"}), "done"], default="ok")
+  root = LlmAgent(name="root", model=root_model, tools=[AgentTool(agent=child)])
+  plugin = ContextPackPlugin(window=8192)
+  runner = make_runner(root, [plugin])
+  session = await new_session(runner)
+  for text in ("go", "again"):
+    await say(runner, session.id, text)
+  state = await _state(runner, session.id)
+  assert [k for k in state if k.startswith(("aether_frame:tail:", "aether_frame:steps:"))] == []
+  docs = await manifests(runner, session.id)
+  assert sorted({d["agent"] for d in docs}) == ["researcher", "root"] and plugin.faults == 0
+  assert state[LAST_PACK_KEY]["pack_id"] == docs[-1]["pack_id"]

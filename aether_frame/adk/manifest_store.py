@@ -87,7 +87,7 @@ LINGER_SECONDS = 150.0
 retries a request for up to 120 s."""
 
 
-def _caller(ic: Any) -> Any:
+def caller_invocation(ic: Any) -> Any:
   """The invocation an ``AgentTool`` child's manifests belong to: its caller's (through any
   nesting), found through the ``ForwardingArtifactService`` ADK gives the child. The child
   runs in a throwaway session of its own, and its forwarding service saves into the caller's
@@ -277,7 +277,7 @@ class ManifestWriter:
       stream = (ic.app_name, ic.user_id, ic.session.id, body.get("agent"))
     doc, blobs = self.prepare(body, runtime, compile_input, stream=stream)
     self.last_document = doc
-    owner = _caller(ic)
+    owner = caller_invocation(ic)
     service = self.service or owner.artifact_service
     if self.service is not None or owner is not ic:
       # A store of our own (not one of the session's artifacts, so no artifact_delta), or an
@@ -783,4 +783,4 @@ def _check_spooled_blobs(blobs: Mapping[str, bytes]) -> None:
   for key, data in blobs.items():
     if replay_inputs.blob_key(data) != key:
       raise CorruptBlobError(f"spooled input blob {key} hashes to {replay_inputs.blob_key(data)} (corrupt or tampered); "
-                             f"not uploaded; move the entry aside to flush the rest")
+                             f"not uploaded")

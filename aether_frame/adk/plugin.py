@@ -61,7 +61,7 @@ from ..log_limit import RateLimitedLog
 from ..tokenizers import get_counter
 from . import artifact_listing, preload_memory, sources
 from .guard import check_request, pending_calls, pending_labels
-from .manifest_store import ManifestWriter
+from .manifest_store import ManifestWriter, caller_invocation
 from .state_schema import (
     CALIBRATION_KEY, LAST_FAULT_KEY, LAST_PACK_KEY, KnowledgeItem, PlanState, StateKeys, steps_key, tail_key,
     read_state, unread_keys,
@@ -953,9 +953,11 @@ class ContextPackPlugin(BasePlugin):
     lane = self._key(ctx)
     steps_lane = _lane_label(lane)
     lane_tail_key, lane_steps_key = tail_key(agent, steps_lane), steps_key(agent, steps_lane)
-    # A lane of one tool call (a single_turn sub-agent) ends with it: its cuts are not kept in
-    # state, where every delegation's keys would pile up for the session's life.
-    keep_cuts = not _one_call_lane(lane, _invocation_of(ctx).agent)
+    # A lane of one tool call (a single_turn sub-agent, an AgentTool's child in its throwaway
+    # session, whose state deltas ADK forwards to the caller's) ends with it: its cuts are not
+    # kept in state, where every delegation's keys would pile up for the session's life.
+    ic = _invocation_of(ctx)
+    keep_cuts = not _one_call_lane(lane, ic.agent) and caller_invocation(ic) is ic
     hint = self._tail_hint(cache, state.get(lane_tail_key, _MISSING))
     steps_hint = _steps_hint(cache.steps_hint, state.get(lane_steps_key), ctx.invocation_id)
     call = CallInputs(
@@ -988,7 +990,10 @@ class ContextPackPlugin(BasePlugin):
         calls, hint,
         prior={k: state.get(k, _MISSING) for k in (lane_tail_key, LAST_PACK_KEY, lane_steps_key)},
         steps_hint=(ctx.invocation_id, steps_hint))
-    cache.tail_hint = pack.tail_start_id
+    # A tail from the first turn is no cut: None, as a worker that has none in state reads it,
+    # so every worker compiles the same inputs.
+    cut = pack.tail_start_id if pack.manifest["tail"]["start"] > 0 else None
+    cache.tail_hint = cut
     cache.steps_hint = (ctx.invocation_id, pack.inflight_hint)
     steps = _with_steps_hint(state.get(lane_steps_key), ctx.invocation_id, pack.inflight_hint)
     if steps is not None and keep_cuts:  # the invocation's steps were trimmed: every worker keeps the cut
@@ -1001,8 +1006,10 @@ class ContextPackPlugin(BasePlugin):
     self._add_call(_Sent(ctx.actions, model, estimate, weakref.ref(cache), llm_request, payload_at, undo,
                          cache_before=before.model_copy() if before is not None else None,
                          limit=pack.manifest["window"] - pack.manifest["reserve"]))
-    if keep_cuts:
-      state[lane_tail_key] = pack.tail_start_id
+    # No cut yet is no key: a lane that never trims (a workflow node's run) leaves none behind.
+    keep_tail = keep_cuts and (cut is not None or state.get(lane_tail_key) is not None)
+    if keep_tail:
+      state[lane_tail_key] = cut
     if not pack.valid:
       self._log_once("invalid:" + _shape(";".join(pack.problems)), logging.WARNING,
                      "context pack for agent %s is invalid: %s", agent, pack.problems)
@@ -1043,7 +1050,7 @@ class ContextPackPlugin(BasePlugin):
     }
     state[LAST_PACK_KEY] = pointer
     if undo is not None:
-      undo.written.update({lane_tail_key: pack.tail_start_id, LAST_PACK_KEY: pointer} if keep_cuts
+      undo.written.update({lane_tail_key: cut, LAST_PACK_KEY: pointer} if keep_tail
                           else {LAST_PACK_KEY: pointer})
     if over is not None:
       self._record_fault(ctx, over, "before_model",

@@ -158,3 +158,19 @@ def test_signals_shift_the_weights_toward_their_layer():
   assert conv["conversation"] > base["conversation"]
   for w in (ev, mem, conv):
     assert sum(w.values()) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kwargs, loc, meant", [
+    ({"recent_turn": 2}, ("recent_turn",), "recent_turns"),
+    ({"floors": {"sytem": 0.05}}, ("floors", "sytem"), "system"),
+    ({"signals": {"risk_weigth": 0.5}}, ("signals", "risk_weigth"), "risk_weight"),
+])
+def test_a_misspelled_field_is_refused_where_it_is_and_named_as_meant(kwargs, loc, meant):
+  """`--policy-override '{"recent_turn": 2}'` said only 'Extra inputs are not permitted'."""
+  with pytest.raises(ValidationError) as info:
+    PackPolicy(**kwargs)
+  (err,) = info.value.errors()
+  assert err["type"] == "extra_forbidden" and err["loc"] == loc
+  assert f"did you mean '{meant}'?" in err["msg"]
+  with pytest.raises(ValidationError, match="Extra inputs are not permitted\n|Extra inputs are not permitted \\["):
+    PackPolicy(zzz=1)  # nothing close: pydantic's own message

@@ -21,6 +21,7 @@ from aether_frame.adk.manifest_store import CorruptBlobError, MissingBlobsError
 from aether_frame.audit.inputs import BlobIntegrityError
 from aether_frame.audit.source import LocationError
 from aether_frame.audit.spool import SpoolEntryError
+from aether_frame.core.canonical import NestedTooDeep
 from aether_frame.core.manifest import ManifestIntegrityError
 from aether_frame.demo import DemoError
 from aether_frame.retrieval.embed import EmbedderUnavailable
@@ -37,6 +38,7 @@ SAMPLES = [
     (MissingBlobsError("3 blobs"), {}, (LookupError,)),
     (CorruptBlobError("blob def"), {}, (ValueError,)),
     (SpoolEntryError("entry 1"), {}, (ValueError,)),
+    (NestedTooDeep("nested deeper than 900 levels"), {}, (RecursionError,)),
     (LocationError("no such folder"), {}, (ValueError,)),
     (EmbedderUnavailable("no torch"), {}, (RuntimeError,)),
     (DemoError("demo failed"), {}, (RuntimeError,)),

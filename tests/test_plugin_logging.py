@@ -25,8 +25,10 @@ async def test_each_unknown_model_is_named_once(caplog):
       session = await new_session(runner)
       for turn in range(3):
         await say(runner, session.id, f"question {turn}")
-  named = [r.getMessage() for r in caplog.records if "no context window known" in r.getMessage()]
+  records = [r for r in caplog.records if "no context window known" in r.getMessage()]
+  named = [r.getMessage() for r in records]
   assert len(named) == 2  # not once for the first model only, not once per call
+  assert all(r.exc_info is None for r in records)  # a configuration to fix: the message, no traceback
   assert "'acme-model-1'" in named[0] and "'acme-model-2'" in named[1]
   assert plugin.faults == 6  # every call recorded, each sent unmodified
 

@@ -1250,7 +1250,9 @@ class ContextPackPlugin(BasePlugin):
     agent, session, invocation = _whose(ctx)
     self._log_once(f"fault:{callback}:{type(error).__qualname__}:{where}{which}", logging.ERROR,
                    "aether-frame fault in %s_callback (agent %s, session %s, invocation %s); %s: %r",
-                   callback, agent, session, invocation, outcome, error, exc_info=error)
+                   callback, agent, session, invocation, outcome, error,
+                   # A model with no known window is a configuration to fix, not a bug to trace.
+                   exc_info=None if isinstance(error, UnknownModelWindow) else error)
     try:
       earlier = ctx.state.get(LAST_FAULT_KEY)
       count = earlier.get("count") if isinstance(earlier, dict) else None

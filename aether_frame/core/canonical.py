@@ -8,6 +8,8 @@ import re
 from json.encoder import encode_basestring as _json_string
 from typing import Any
 
+from .errors import AetherFrameError
+
 
 def canonical_json(value: Any) -> str:
   """Serialises with sorted keys and fixed separators, so equal data gives equal bytes."""
@@ -55,7 +57,7 @@ limit went from ~1,000 levels (3.11) to ~1,500 (3.12) and ~10,000 (3.13), so dat
 version took another refused, and a pack recorded on one could not be replayed on another."""
 
 
-class NestedTooDeep(RecursionError):
+class NestedTooDeep(AetherFrameError, RecursionError):
   """Free-form JSON nested deeper than ``MAX_DEPTH`` (caught where ``json``'s RecursionError is)."""
 
 

@@ -6,11 +6,13 @@ later inside a model call.
 
 from __future__ import annotations
 
+import difflib
 import math
 from enum import Enum
 from typing import Any, Collection, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from .canonical import digest
 
@@ -56,7 +58,31 @@ class ToolScoping(str, Enum):
   """Keep declarations (cache-stable) and restrict ``allowed_function_names``."""
 
 
-class Signals(BaseModel):
+class _Fields(BaseModel):
+  """A misspelled field (``recent_turn``) is refused as pydantic refuses any unknown one,
+  at its own location, and the error names the field it was probably meant to be."""
+
+  @model_validator(mode="wrap")
+  @classmethod
+  def _suggest(cls, data: Any, handler: Any) -> Any:
+    try:
+      return handler(data)
+    except ValidationError as e:
+      errors, changed = [], False
+      for err in e.errors():
+        name = err["loc"][0] if err["type"] == "extra_forbidden" and len(err["loc"]) == 1 else None
+        close = difflib.get_close_matches(name, list(cls.model_fields), n=1, cutoff=0.75) if isinstance(name, str) else []
+        if close:
+          err = {**err, "type": PydanticCustomError(
+              "extra_forbidden", "Extra inputs are not permitted; did you mean '{suggestion}'?", {"suggestion": close[0]})}
+          changed = True
+        errors.append(err)
+      if not changed:
+        raise
+      raise ValidationError.from_exception_data(e.title, errors) from None
+
+
+class Signals(_Fields):
   """Allocator signals from seed 003; each nudges one layer's remainder weight."""
 
   model_config = ConfigDict(extra="forbid", frozen=True)
@@ -71,7 +97,7 @@ class Signals(BaseModel):
   dialogue_depth: int = Field(default=0, ge=0)
 
 
-class Floors(BaseModel):
+class Floors(_Fields):
   """Per-layer floors as a share of the window (seed 003 defaults)."""
 
   model_config = ConfigDict(extra="forbid", frozen=True)
@@ -92,7 +118,7 @@ class Floors(BaseModel):
     return self
 
 
-class PackPolicy(BaseModel):
+class PackPolicy(_Fields):
   """The compiler's policy. Immutable; its hash is recorded in every manifest."""
 
   model_config = ConfigDict(extra="forbid", frozen=True)

@@ -75,10 +75,20 @@ async def test_fallback_model_pack_fits_the_smallest_window_of_its_models():
   assert LAST_FAULT_KEY not in await _state(runner, session.id)
 
 
+class _Heavy(OfflineLlm):
+  """A model whose provider counts 1.5x our estimate."""
+
+  async def generate_content_async(self, llm_request, stream: bool = False):
+    async for r in super().generate_content_async(llm_request, stream):
+      if r.usage_metadata is not None:
+        r.usage_metadata.prompt_token_count = int(r.usage_metadata.prompt_token_count * 1.5)
+      yield r
+
+
 async def test_fallback_model_calibration_is_learned_for_the_model_that_answered():
   """The backup's prompt count is its own tokenizer's: kept under its name, not the primary's."""
   primary = _Overloaded(model="offline-big", fail=True)
-  backup = OfflineLlm(model="offline-small")
+  backup = _Heavy(model="offline-small")
   model = fallback_model(primary, backup)
   agent = LlmAgent(name="assistant", model=model, instruction="You are a helpful assistant.")
   runner = make_runner(agent, [ContextPackPlugin(window_overrides={"offline-big": 64_000, "offline-small": 32_000})])
@@ -87,6 +97,13 @@ async def test_fallback_model_calibration_is_learned_for_the_model_that_answered
 
   models = (await _state(runner, session.id))[CALIBRATION_KEY]["models"]
   assert "offline-small" in models and "offline-big" not in models
+  # The next pack is sized by the backup's ratio, and its manifest shows that ratio, not the
+  # primary's empty one (inspect read 'the safety margin alone' under a scale of 1.26x).
+  await say(runner, session.id, "and again")
+  doc = (await manifests(runner, session.id))[-1]
+  cal = doc["runtime"]["calibration"]
+  assert cal["samples"] == 1 and cal["ratio"] == models["offline-small"]["ratio"] > 1.4
+  assert doc["token_scale"] == round(cal["ratio"] * 1.05, 6)
 
 
 # --------------------------------------------------------------------- live

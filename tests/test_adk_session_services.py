@@ -478,3 +478,43 @@ async def test_a_none_cut_another_worker_wrote_is_kept(storage):
 
   warm, cold = await turn_13(False), await turn_13(True)
   assert _contents(warm) == _contents(cold)
+
+
+@pytest.mark.parametrize("storage", ["memory"], indirect=True)
+async def test_a_cut_whose_call_failed_is_not_kept_by_the_warm_worker_alone(storage):
+  """The first trimming call's model call raised: its state write (on the response event) was
+  lost, and with no key written before the first cut, the warm cache kept a cut no other worker
+  could see. A cold worker then sent another tail than the warm one (diff review)."""
+  calls = {"n": 0}
+
+  def reply(req):
+    calls["n"] += 1
+    if calls["n"] == 11:  # turn 10, the first that trims
+      raise RuntimeError("model outage")
+    return REPLY
+
+  model = OfflineLlm(default=reply)
+  svc = storage.open("lost")
+  warm = ContextPackPlugin(window=WINDOW)
+  runner = make_runner(agent(model=model)[0], [warm], session_service=svc, artifact_service=storage.artifacts("lost"))
+  await svc.create_session(app_name=APP, user_id=USER, session_id=SID, state={"plan": PLAN})
+  for t in range(11):
+    if t == 10:
+      with pytest.raises(RuntimeError, match="model outage"):
+        await say(runner, SID, TEXTS[t])
+    else:
+      await say(runner, SID, TEXTS[t])
+  snapshot = await svc.get_session(app_name=APP, user_id=USER, session_id=SID)
+  assert TAIL_KEY not in snapshot.state and any(c.tail_hint for c in warm._sessions.values()), \
+      "the fixture must leave a cut in the warm cache that state does not have"
+  cold_model = OfflineLlm(default=REPLY)
+  cold_svc = storage.open("lost-cold")
+  await cold_svc.create_session(app_name=APP, user_id=USER, session_id=SID, state=dict(snapshot.state))
+  copy = await cold_svc.get_session(app_name=APP, user_id=USER, session_id=SID)
+  for event in snapshot.events:
+    await cold_svc.append_event(copy, event)
+  cold = make_runner(agent(model=cold_model)[0], [ContextPackPlugin(window=WINDOW)], session_service=cold_svc,
+                     artifact_service=storage.artifacts("lost-cold"))
+  await say(runner, SID, TEXTS[11])
+  await say(cold, SID, TEXTS[11])
+  assert _contents(cold_model.received[-1]) == _contents(model.received[-1])

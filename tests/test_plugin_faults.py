@@ -272,3 +272,25 @@ async def test_a_fault_before_the_compile_shows_on_the_span_and_the_record_says_
   calls["n"] = 1
   await say(runner, s2.id, "other")
   assert (await _state(runner, s2.id))[LAST_FAULT_KEY]["count"] == 1 and plugin.faults == 2
+
+
+async def test_a_fault_after_the_pack_was_sent_marks_the_span_too():
+  """A manifest the store refused is recorded and logged as a fault ('the pack was sent, its
+  manifest was not stored'), but the span said nothing of it (diff review)."""
+  from opentelemetry.trace import StatusCode
+
+  from aether_frame.adk.manifest_store import ManifestWriter
+
+  exporter = _span_exporter()
+  ag, model = agent(model=OfflineLlm(default="ok"))
+  # The app's name is the blob scope: every manifest write is refused, after the pack went out.
+  plugin = ContextPackPlugin(window=8192, manifest_writer=ManifestWriter(blob_app=APP, spool_dir=False))
+  runner = make_runner(ag, [plugin])
+  s = await new_session(runner)
+  await say(runner, s.id, "hello")
+  assert payload_of(model.received[-1]).startswith("CONTEXT PACK v1") and plugin.faults == 1
+  (span,) = [sp for sp in exporter.get_finished_spans() if sp.name == "aether_frame.compile"
+             and sp.attributes.get("aether_frame.agent") == ag.name and "aether_frame.fault" in sp.attributes]
+  assert span.status.status_code is StatusCode.ERROR
+  assert span.attributes["aether_frame.outcome"] == "the pack was sent, its manifest was not stored"
+  assert span.attributes["aether_frame.pack_id"].startswith("pack_")

@@ -171,3 +171,22 @@ async def test_an_embedder_outage_is_one_log_line_for_all_sessions_and_named_in_
   embedder.fail = False  # back: the next call's manifest says nothing of it
   await say(runner, sessions[0].id, "and about dogs")
   assert "embedder_failed" not in (await manifests(runner, sessions[0].id))[-1]["runtime"]
+
+
+async def test_embedder_failed_describes_each_calls_own_ranking():
+  """It was the session ranker's last embedding attempt: a later call that ranked nothing
+  still said the embedder failed (and a failure followed by a success in one call was lost)."""
+  from aether_frame.adk.plugin import ContextPackPlugin
+  from tests.adk_support import APP, USER, agent, make_runner, manifests, new_session, say
+
+  embedder = HashingEmbedder(fail=True)
+  ag, _ = agent()
+  runner = make_runner(ag, [ContextPackPlugin(window=8192, ranker=HybridRanker(embedder=embedder))])
+  knowledge = [{"uri": f"artifact://note{i}.md", "summary": f"Note {i} about puppies and dogs."} for i in range(3)]
+  s = await new_session(runner, state={"knowledge": knowledge})
+  await say(runner, s.id, "tell me about puppies")
+  runner.session_service.sessions[APP][USER][s.id].state.pop("knowledge")  # nothing to rank next
+  await say(runner, s.id, "thanks, bye")
+  first, second = await manifests(runner, s.id)
+  assert "offline" in first["runtime"]["embedder_failed"]
+  assert second["layers"]["evidence"]["used"] == 0 and "embedder_failed" not in second["runtime"]

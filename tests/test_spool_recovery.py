@@ -19,16 +19,22 @@ from tests.fixtures.audit_session import say, start_session, turns
 from tests.test_leftovers_audit import _break, _mend, _setup, _stored
 
 
-async def test_a_spool_that_cannot_be_locked_does_not_hold_back_a_working_store(tmp_path, caplog):
+async def _two_spooled(tmp_path, n_turns: int):
+  """A run whose first two manifests were spooled while the store was down, then mended."""
   svc, store_root, blocker, writer, runner, plugin = _setup(tmp_path)
-  spool = writer.spool
   sid = await start_session(runner)
-  texts = turns(6, tools=False)
+  texts = turns(n_turns, tools=False)
   _break(store_root)
   for t in texts[:2]:
     await say(runner, sid, t)
-  assert writer.stats["spooled"] == 2 and len(spool.pending()) == 2
+  assert writer.stats["spooled"] == 2 and len(writer.spool.pending()) == 2
   _mend(store_root)
+  return svc, writer, runner, plugin, sid, texts
+
+
+async def test_a_spool_that_cannot_be_locked_does_not_hold_back_a_working_store(tmp_path, caplog):
+  svc, writer, runner, plugin, sid, texts = await _two_spooled(tmp_path, 6)
+  spool = writer.spool
   lock = spool.root / ".lock"
   lock.unlink(missing_ok=True)
   lock.mkdir()  # the lock file cannot be opened (as on a read-only disk); the entries can be read
@@ -49,16 +55,10 @@ async def test_a_spool_that_cannot_be_locked_does_not_hold_back_a_working_store(
 
 
 async def test_a_damaged_spool_entry_is_set_aside_and_the_rest_flows(tmp_path, caplog):
-  svc, store_root, blocker, writer, runner, plugin = _setup(tmp_path)
+  svc, writer, runner, plugin, sid, texts = await _two_spooled(tmp_path, 5)
   spool = writer.spool
-  sid = await start_session(runner)
-  texts = turns(5, tools=False)
-  _break(store_root)
-  for t in texts[:2]:
-    await say(runner, sid, t)
   first, second = spool.pending()
   first.write_bytes(first.read_bytes()[: first.stat().st_size // 2])  # half written by a dying disk
-  _mend(store_root)
   with caplog.at_level(logging.WARNING, logger="aether_frame.adk.manifest_store"):
     for t in texts[2:5]:
       await say(runner, sid, t)

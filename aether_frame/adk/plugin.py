@@ -442,10 +442,10 @@ class ContextPackPlugin(BasePlugin):
         if self._policy_for(callback_context.agent_name).overflow is OverflowPolicy.FAIL_LOUD:
           _span_fault(span, e, "run stopped (overflow policy fail_loud)")
           raise ContextPackOverflow(callback_context.agent_name, llm_request.model or "", e) from e
-        _span_fault(span, e, self._record_fault(callback_context, e, "before_model"))
+        self._record_fault(callback_context, e, "before_model")
       except Exception as e:  # fail-open: never abort the user's run
         self._put_back(callback_context, llm_request, original)
-        _span_fault(span, e, self._record_fault(callback_context, e, "before_model"))
+        self._record_fault(callback_context, e, "before_model")
     return None
 
   def _put_back(self, ctx, llm_request, original: tuple) -> None:
@@ -948,7 +948,9 @@ class ContextPackPlugin(BasePlugin):
     model = llm_request.model or ""
     calibration = self._session_calibration(state)
     # Sized for whichever of a FallbackModel's models answers: the largest scale.
-    scale = max(calibration.scale(m, policy.calibration_margin) for m in [model, *backups])
+    # A FallbackModel's backups may answer: size for the one that counts most (first on a tie).
+    scaled_by = max([model, *backups], key=lambda m: calibration.scale(m, policy.calibration_margin))
+    scale = calibration.scale(scaled_by, policy.calibration_margin)
     max_out = llm_request.config.max_output_tokens if llm_request.config else None
     lane = self._key(ctx)
     steps_lane = _lane_label(lane)
@@ -958,7 +960,9 @@ class ContextPackPlugin(BasePlugin):
     # kept in state, where every delegation's keys would pile up for the session's life.
     ic = _invocation_of(ctx)
     keep_cuts = not _one_call_lane(lane, ic.agent) and caller_invocation(ic) is ic
-    hint = self._tail_hint(cache, state.get(lane_tail_key, _MISSING))
+    # A lane that keeps cuts writes one once it trims: no key is no cut (a warm cache whose
+    # cut never reached state, its call having failed, must not keep it where a cold worker can't).
+    hint = self._tail_hint(cache, state.get(lane_tail_key) if keep_cuts else _MISSING)
     steps_hint = _steps_hint(cache.steps_hint, state.get(lane_steps_key), ctx.invocation_id)
     call = CallInputs(
         items=items, inflight=inflight, window=window, max_output_tokens=max_out, tail_hint=hint, inflight_hint=steps_hint,
@@ -967,6 +971,9 @@ class ContextPackPlugin(BasePlugin):
         meta={"invocation_id": ctx.invocation_id, "session_id": ctx.session.id, "agent": agent, "model": model,
               **({"lane": steps_lane} if steps_lane != "|" else {})},
     )
+    ranker = cache.compiler.ranker
+    if getattr(ranker, "embedder_error", None) is not None:
+      ranker.embedder_error = None  # this call's ranking reports its own
     pack = cache.compiler.compile(call)
     span = trace.get_current_span()  # ``aether_frame.compile``, opened by ``_before_model``
     for name, layer in pack.manifest["layers"].items():
@@ -1020,7 +1027,7 @@ class ContextPackPlugin(BasePlugin):
         "guard": {"ok": guard.ok, "problems": guard.problems, "fallback": fallback_guard is not None,
                   **({"fallback_tokens": estimate, "fallback_fits": over is None,
                       "fallback_problems": fallback_guard.problems} if fallback_guard is not None else {})},
-        "calibration": calibration.snapshot(model),
+        "calibration": calibration.snapshot(scaled_by),  # what ``token_scale`` was learned from
         "tool_scoping": scoped.describe(),
     }
     if unread:
@@ -1264,6 +1271,8 @@ class ContextPackPlugin(BasePlugin):
       }
     except Exception:  # the state itself may be what failed
       pass
+    if callback == "before_model":  # inside the call's ``aether_frame.compile`` span
+      _span_fault(trace.get_current_span(), error, outcome)
     return outcome
 
   def _log_once(self, key: str, level: int, msg: str, *args, exc_info=None) -> None:
@@ -1273,11 +1282,15 @@ class ContextPackPlugin(BasePlugin):
 
 
 def _whose(ctx) -> tuple[str, str, str]:
-  """(agent, session id, invocation id) of a callback context, printable in one log line."""
-  try:
-    return shown(ctx.agent_name), shown(ctx.session.id), shown(ctx.invocation_id)
-  except Exception:  # a fault report must not fault
-    return "?", "?", "?"
+  """(agent, session id, invocation id) of a callback or invocation context, printable in one log line."""
+  def read(get: Callable[[], Any]) -> str:
+    try:
+      return shown(get())
+    except Exception:  # a fault report must not fault
+      return "?"
+
+  agent = read(lambda: ctx.agent_name) if hasattr(ctx, "agent_name") else read(lambda: ctx.agent.name)
+  return agent, read(lambda: ctx.session.id), read(lambda: ctx.invocation_id)
 
 
 def _short_location(where: str) -> str:

@@ -597,17 +597,18 @@ class EventIndex:
         self.by_fp.setdefault(fp, EventInfo(compaction.end_timestamp, COMPACTION_AUTHOR, ev.id))
       elif ev.content is not None and not getattr(ev, "partial", False):
         info = EventInfo(ev.timestamp, ev.author, ev.id)
-        content = ev.content
-        self.by_fp.setdefault(fingerprint(content), info)
-        if _has_client_call_ids(content):
-          # ADK sends a model without call ids its calls and responses with the
-          # ``adk-`` ids it gave them stripped (``remove_client_function_call_id``).
-          content = _without_client_call_ids(content)
-          self.by_fp.setdefault(fingerprint(content), info)
-        if any(p.thought for p in content.parts or ()):
+        forms = [ev.content]
+        if _has_client_call_ids(ev.content):
+          # ADK sends a model that pairs calls by order its calls and responses with the
+          # ``adk-`` ids it gave them stripped (``remove_client_function_call_id``); one that
+          # pairs them by id (Anthropic, LiteLLM) with them kept.
+          forms.append(_without_client_call_ids(ev.content))
+        if any(p.thought for p in ev.content.parts or ()):
           # A planner that rewrites responses (PlanReActPlanner) has ADK send
           # them with their ``thought`` flags cleared.
-          self.by_fp.setdefault(fingerprint(_without_thought_flags(content)), info)
+          forms += [_without_thought_flags(c) for c in forms]
+        for content in forms:
+          self.by_fp.setdefault(fingerprint(content), info)
     if events:
       self.last_id = events[-1].id or None
 

@@ -108,7 +108,8 @@ class HybridRanker:
     self._last_matrix: Any = None
     self.last_mode: Optional[str] = None
     self.embedder_error: Optional[str] = None
-    """Why the embedder failed on the last ranking, when it did (that ranking was lexical)."""
+    """Why the embedder failed, when it did (that ranking was lexical); kept until the caller
+    clears it, so a call that ranks twice reports a failure of either."""
     self._log = RateLimitedLog(logger)
     """Shared with ``child()`` rankers: an outage is one line, not one per session."""
 
@@ -366,9 +367,8 @@ class HybridRanker:
     except Exception as e:  # an offline Gemini must not take the pack down
       self._log.log("embedder", logging.WARNING, "aether-frame: embedder %s failed (%r); ranking lexically",
                     self.embedder.name, e)
-      self.embedder_error = f"{type(e).__name__}: {e}"[:500]
+      self.embedder_error = f"{type(e).__name__}: {e}"[:500]  # until the caller clears it (once per call)
       return None
-    self.embedder_error = None
     if len(self._rows) > 4 * len(keys) + 10_000:  # forget rows of items long gone
       live = set(keys)
       self._rows = {k: v for k, v in self._rows.items() if k in live}

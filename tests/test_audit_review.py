@@ -99,6 +99,9 @@ def test_a_corrupt_spool_blob_is_refused_and_never_uploaded(tmp_path, capsys, da
   assert _run(svc.list_versions(app_name=APP, user_id=USER, session_id="s1", filename=MANIFEST_FILENAME)) == []
   assert spool.pending() == [] and (spool.root / DAMAGED_DIR / path.name).exists()  # kept for a look, out of the way
   assert f"moved to {spool.root / DAMAGED_DIR / path.name}" in out
+  # With its blobs: the collector takes them from blobs/ once no waiting entry names them.
+  assert spool.collect(grace_s=0) == 1 and not (spool.root / "blobs" / key).exists()
+  assert (spool.root / DAMAGED_DIR / "blobs" / key).read_bytes() == damage
 
 
 def test_the_writers_own_flush_refuses_a_corrupt_spool_blob(tmp_path):
@@ -112,7 +115,8 @@ def test_the_writers_own_flush_refuses_a_corrupt_spool_blob(tmp_path):
   (writer.spool.root / "blobs" / key).write_bytes(b"[1,2,4]")
   rep = _run(writer.flush(store))
   assert (rep.flushed, rep.pending) == (0, 0) and key in rep.errors[0] and "corrupt" in rep.errors[0]
-  assert "moved to" in rep.errors[0] and len(list((writer.spool.root / DAMAGED_DIR).iterdir())) == 1
+  assert "moved to" in rep.errors[0] and len(list((writer.spool.root / DAMAGED_DIR).glob("*.json"))) == 1
+  assert (writer.spool.root / DAMAGED_DIR / "blobs" / key).read_bytes() == b"[1,2,4]"  # its blob kept with it
 
 
 # ------------------------------------------------------------------- report

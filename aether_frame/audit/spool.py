@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -199,9 +200,22 @@ class Spool:
     return [p for p in paths if tag in p.name]
 
   def set_aside(self, path: Path) -> Path:
-    """Moves a damaged entry into ``damaged/``, kept for a look, out of the flush's way."""
+    """Moves a damaged entry into ``damaged/``, kept for a look, out of the flush's way.
+
+    The blobs it names (those still there) are copied to ``damaged/blobs/``: once
+    no waiting entry names them, the collector deletes them from ``blobs/``.
+    """
     aside = self.root / DAMAGED_DIR
     aside.mkdir(parents=True, exist_ok=True)
+    try:
+      with open(path, encoding="utf-8") as f:
+        keys = json.load(f).get("blob_keys") or []
+    except (OSError, ValueError, AttributeError):  # not JSON, not an object: no blobs to keep
+      keys = []
+    for key in keys:
+      if isinstance(key, str) and _is_key(key) and (self.root / BLOB_DIR / key).exists():
+        (aside / BLOB_DIR).mkdir(exist_ok=True)
+        shutil.copyfile(self.root / BLOB_DIR / key, aside / BLOB_DIR / key)
     target = aside / path.name
     os.replace(path, target)
     return target

@@ -57,10 +57,6 @@ class RateLimitedLog:
     self.logger.log(level, msg, *args, exc_info=exc_info)
     return True
 
-  def seen(self, key: str) -> bool:
-    with self._lock:
-      return key in self._keys
-
   def forget(self, prefix: str) -> None:
     """Keys starting with ``prefix`` log at once next time (their condition ended: a new one is news)."""
     with self._lock:

@@ -336,7 +336,7 @@ class ManifestWriter:
     if not report.pending:
       for prefix in ("spool:", "flush:", "unusable", "flushed"):  # the backlog is gone: a later one is reported at once
         self._log.forget(prefix)
-    elif report.errors and not report.busy:
+    elif report.errors and not report.busy and self._spool_unusable is None:  # (an unusable one said so itself)
       self._warn("flush:" + report.errors[0], "the spool %s could not be flushed (%s); %d manifests wait in it, and "
                  "new ones wait behind them", self.spool.root, report.errors[0], report.pending)
 

@@ -1239,9 +1239,9 @@ class ContextPackPlugin(BasePlugin):
     return build
 
   # ------------------------------------------------------------------- faults
-  def _record_fault(self, ctx, error: Exception, callback: str, outcome: Optional[str] = None) -> str:
-    """Records every fault in session state; logs each kind by type and where it was raised
-    (``_log_once``: now, then every 10 minutes while it recurs). Returns the outcome.
+  def _record_fault(self, ctx, error: Exception, callback: str, outcome: Optional[str] = None) -> None:
+    """Records every fault in session state (and on the call's span); logs each kind by type and
+    where it was raised (``_log_once``: now, then every 10 minutes while it recurs).
 
     Not by message: messages carry counts that change every call, and a
     fault that repeats on every call would log a traceback on every call.
@@ -1273,7 +1273,6 @@ class ContextPackPlugin(BasePlugin):
       pass
     if callback == "before_model":  # inside the call's ``aether_frame.compile`` span
       _span_fault(trace.get_current_span(), error, outcome)
-    return outcome
 
   def _log_once(self, key: str, level: int, msg: str, *args, exc_info=None) -> None:
     """Logs ``key``'s message now, then at most every 10 minutes while it recurs

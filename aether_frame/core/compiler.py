@@ -170,6 +170,9 @@ def _negative_zero(x: float) -> bool:
   return x == 0.0 and math.copysign(1.0, x) < 0
 
 
+_TOO_DEEP = f"parts are nested too deeply to read as JSON (over {MAX_DEPTH} levels)"
+
+
 def _parts_problem(items: Sequence[Item], error: Exception) -> str:
   """Names the item whose parts cannot be read as JSON, and why (``error``: what costing hit).
 
@@ -181,11 +184,11 @@ def _parts_problem(items: Sequence[Item], error: Exception) -> str:
     try:
       canonical_parts_json(it.parts)
     except RecursionError:
-      return f"item {it.id!r}: parts are nested too deeply to read as JSON (over {MAX_DEPTH} levels)"
+      return f"item {it.id!r}: {_TOO_DEEP}"
     except (TypeError, ValueError) as e:
       return f"item {it.id!r}: parts are not JSON data ({e})"
   if isinstance(error, RecursionError):
-    return f"an item's parts are nested too deeply to read as JSON (over {MAX_DEPTH} levels)"
+    return f"an item's {_TOO_DEEP}"
   return f"an item's parts are not JSON data ({error})"
 
 
@@ -224,7 +227,7 @@ def _digest(item: Item) -> str:
   try:
     tail = canonical_parts_json(item.parts) if item.parts is not None else "-"
   except RecursionError:
-    raise ValueError(f"item {item.id!r}: parts are nested too deeply to read as JSON (over {MAX_DEPTH} levels)") from None
+    raise ValueError(f"item {item.id!r}: {_TOO_DEEP}") from None
   except (TypeError, ValueError) as e:
     raise ValueError(f"item {item.id!r}: parts are not JSON data ({e})") from None
   try:
